@@ -1,0 +1,72 @@
+"""A listener: one Twisted endpoint serving one dialect's protocol factory."""
+from twisted.application.service import Service
+from twisted.internet import defer
+from twisted.internet.endpoints import serverFromString
+from twisted.logger import Logger
+
+log = Logger()
+
+
+class ListenerService(Service):
+    """Listens on ``listener.endpoint`` with ``factory``.
+
+    ``whenListening()`` fires with the bound address once listening (a port
+    0 listener learns its real port here), or fails if the endpoint could not
+    be bound. Stopping closes the port and then every open connection.
+    """
+
+    def __init__(self, listener, factory, reactor=None):
+        if reactor is None:
+            from twisted.internet import reactor
+        self.listener = listener
+        self.factory = factory
+        self.reactor = reactor
+        self.port = None
+        self.address = None
+        self.error = None
+        self._waiting = []
+        self.setName(f"{listener.dialect}@{listener.path}")
+
+    def startService(self):
+        super().startService()
+        endpoint = serverFromString(self.reactor, self.listener.endpoint)
+        d = endpoint.listen(self.factory)
+        d.addCallbacks(self._listening, self._failed)
+
+    def _listening(self, port):
+        self.port = port
+        self.address = port.getHost()
+        log.info("{dialect} listening on {host}:{port} ({listener})",
+                 dialect=self.listener.dialect, host=self.address.host,
+                 port=self.address.port, listener=self.listener.path)
+        self._notify()
+
+    def _failed(self, failure):
+        self.error = failure
+        self._notify()
+
+    def _notify(self):
+        waiting, self._waiting = self._waiting, []
+        for d in waiting:
+            self._answer(d)
+
+    def _answer(self, d):
+        if self.error is not None:
+            d.errback(self.error)
+        else:
+            d.callback(self.address)
+
+    def whenListening(self):
+        d = defer.Deferred()
+        if self.address is not None or self.error is not None:
+            self._answer(d)
+        else:
+            self._waiting.append(d)
+        return d
+
+    def stopService(self):
+        super().stopService()
+        port, self.port = self.port, None
+        d = defer.maybeDeferred(port.stopListening) if port is not None else defer.succeed(None)
+        d.addCallback(lambda _: self.factory.close_connections())
+        return d
