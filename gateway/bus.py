@@ -15,7 +15,7 @@ from gateway.errors import (
     UnknownPartition, UnknownTopic)
 from gateway.records import NEUTRAL, EncodedBatch, FormatRegistry, encode_neutral
 from gateway.subscription import Subscription
-from storage import valid_topic_name
+from storage import Appended, valid_topic_name
 from storage.store import FRAMING_OVERHEAD
 
 log = Logger()
@@ -73,6 +73,10 @@ class CommandBus:
         if isinstance(result, defer.Deferred):
             return result
         return defer.succeed(result)
+
+    def metrics_text(self):
+        from gateway.metrics import exposition
+        return exposition(self)
 
     def for_listener(self, listener):
         """The view of the bus one listener's dialect gets."""
@@ -148,6 +152,10 @@ class CommandBus:
 
     def _append(self, cmd):
         records = cmd.records
+        if len(records) == 0:
+            # Nothing to store, but the partition must exist like for any produce.
+            state = self.store.offsets(cmd.topic, cmd.partition)
+            return Appended(state.high_watermark, 0, state.end_position)
         limit = self.limits.max_record_bytes
         if isinstance(records, EncodedBatch):
             if records.max_value_bytes > limit:
@@ -343,4 +351,8 @@ class ListenerBus:
 
     def execute(self, command):
         return self.bus.execute(command)
+
+    def metrics_text(self):
+        """The gateway's metrics in the Prometheus text format."""
+        return self.bus.metrics_text()
 

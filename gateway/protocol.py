@@ -21,6 +21,8 @@ class DialectFactory(Factory):
     """A factory that knows its open connections, so a listener can close
     them when it stops (the store must close last)."""
 
+    noisy = False
+
     def __init__(self, bus, listener):
         self.bus = bus
         self.listener = listener
@@ -37,6 +39,12 @@ class DialectFactory(Factory):
 
     def connection_closed(self, proto, reason):
         self.connections.discard(proto)
+
+    def log_failure(self, failure):
+        """A bug or a storage failure behind a request: logged with its
+        traceback (unlike a client's bad input, which never gets one)."""
+        log.failure("{dialect} listener {listener}: request failed", failure,
+                    dialect=self.listener.dialect, listener=self.listener.path)
 
     def close_connections(self):
         """Close every open connection; fires when all are gone."""

@@ -69,6 +69,7 @@ class Syncer:
         self.fsyncs = 0
         self.fsync_seconds = 0.0
         self.closed_deferred = None
+        self.acknowledging = False
 
     @property
     def waits(self):
@@ -85,7 +86,7 @@ class Syncer:
         ``done(error)`` if the fsync failed."""
         self.pending_paths.add(path)
         self.pending.append(done)
-        if self.running or self.timer is not None:
+        if self.running or self.timer is not None or self.acknowledging:
             return
         self._schedule()
 
@@ -118,8 +119,14 @@ class Syncer:
         self.running = False
         self.fsyncs += 1
         self.fsync_seconds += seconds
-        for done in waiting:
-            done(None)
+        # Producers acknowledged here usually append again at once: hold the
+        # next fsync until all of them have, so it covers them all.
+        self.acknowledging = True
+        try:
+            for done in waiting:
+                done(None)
+        finally:
+            self.acknowledging = False
         self._next()
 
     def _failed(self, failure, waiting, paths):
@@ -128,8 +135,12 @@ class Syncer:
         self.running = False
         log.critical("fsync failed: {error}", error=failure.getErrorMessage())
         error = StorageError(f"fsync failed: {failure.getErrorMessage()}")
-        for done in waiting:
-            done(error)
+        self.acknowledging = True
+        try:
+            for done in waiting:
+                done(error)
+        finally:
+            self.acknowledging = False
         self._next()
 
     def _next(self):
