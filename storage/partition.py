@@ -78,6 +78,20 @@ class Partition:
                 seg.seal()
             self.segments.append(seg)
             self.bases.append(base)
+        if self.segments and self.segments[-1].sealed:
+            # The segment after this one was dropped (torn creation or a gap), so
+            # this one is the active segment again: it was opened as a sealed one
+            # (descriptors released, tail checked from its last index entry only),
+            # so reopen it for appends and check it from the start.
+            sealed = self.segments[-1]
+            sealed.close()
+            seg = Segment.open(self.directory, sealed.base_offset)
+            report = seg.recover(interval)
+            if report.truncated:
+                log.warn("{dir}: truncated {cut} bytes of torn tail in segment {base} ({problem})",
+                         dir=self.directory, cut=report.truncated, base=seg.base_offset,
+                         problem=report.problem)
+            self.segments[-1] = seg
         if not self.segments:
             self._roll(0, 0, now_ms)
         active = self.segments[-1]
@@ -160,13 +174,17 @@ class Partition:
             self.wake(offset)
 
     def wake(self, offset):
-        still = []
-        for after, d in self.waiters:
-            if after < offset:
+        # Take the ready waiters off the list before calling anyone: a callback
+        # may cancel another waiter (a fetch naming this partition twice) or
+        # add a new one (a fetch that re-arms), and neither may be lost or
+        # fired twice (which would fail the append that woke them).
+        ready = [d for after, d in self.waiters if after < offset]
+        if not ready:
+            return
+        self.waiters = [(after, d) for after, d in self.waiters if after >= offset]
+        for d in ready:
+            if not d.called:
                 d.callback(offset)
-            else:
-                still.append((after, d))
-        self.waiters = still
 
     # -- reading ---------------------------------------------------------------
 
@@ -271,6 +289,7 @@ class Partition:
     def close(self):
         for seg in self.segments:
             seg.close()
-        for _, d in self.waiters:
-            d.errback(StorageError("store closed"))
-        self.waiters = []
+        waiters, self.waiters = self.waiters, []
+        for _, d in waiters:
+            if not d.called:
+                d.errback(StorageError("store closed"))

@@ -138,15 +138,18 @@ class LogStore:
         self.closed = True
         d = defer.maybeDeferred(self.syncer.flush)
 
-        def finish(_):
+        def snapshot(_):
             for (topic, index), part in self.partitions.items():
                 if part.writers:
                     self.meta.save_writer_snapshot(topic, index, part.next_offset, part.writers)
                 part.close()
-            self.syncer.flush([self.meta.wal_path])
+            return self.syncer.flush([self.meta.wal_path])
+
+        def release(_):
             self.meta.close()
             self.syncer.stop()
-        d.addCallback(finish)
+        d.addCallback(snapshot)
+        d.addBoth(lambda result: (release(None), result)[1])
         return d
 
     def _durably(self, paths, result):
@@ -234,7 +237,8 @@ class LogStore:
             waiters, part.waiters = part.waiters, []
             part.close()
             for _, d in waiters:
-                d.errback(UnknownTopic(name))
+                if not d.called:        # a callback may have cancelled it meanwhile
+                    d.errback(UnknownTopic(name))
         self.meta.delete_topic(name)
         shutil.rmtree(os.path.join(self.topics_dir, name), ignore_errors=True)
         return self._durably([self.topics_dir, self.meta.wal_path], None)
@@ -248,7 +252,8 @@ class LogStore:
             # Readers parked at the end learn that no more is coming.
             waiters, part.waiters = part.waiters, []
             for _, d in waiters:
-                d.callback(part.high_watermark)
+                if not d.called:        # a callback may have cancelled it meanwhile
+                    d.callback(part.high_watermark)
         return self._durably([self.meta.wal_path], None)
 
     def _partition(self, topic, partition):
@@ -279,11 +284,6 @@ class LogStore:
         if row.kind != (kind or row.kind):
             if row.kind != "undecided":
                 raise KindMismatch(topic, row.kind, kind)
-        if row.kind == "undecided":
-            # The first append decides, durably before (and with) its data.
-            row.kind = kind or "event"
-            self.meta.update_topic(row)
-            paths.append(self.meta.wal_path)
         writer_id = None
         event_number = 0
         if writer is not None:
@@ -291,6 +291,12 @@ class LogStore:
             stored = part.writers.get(writer_id, NO_EVENT_NUMBER)
             if stored != expected:
                 raise WriterConflict(writer_id, expected, stored)
+        if row.kind == "undecided":
+            # The first append decides, durably before (and with) its data; a
+            # refused append (checked above) decides nothing.
+            row.kind = kind or "event"
+            self.meta.update_topic(row)
+            paths.append(self.meta.wal_path)
         stream_len = value_bytes + FRAMING_OVERHEAD[row.kind] * count
         base, stream_pos = part.append(fmt, payload, count, first_ts, max_ts, stream_len,
                                        self.now_ms(), writer_id, event_number)
@@ -411,12 +417,15 @@ class LogStore:
         self.meta.table_delete(name)
         return self._durably([self.meta.wal_path], None)
 
-    def _table_check(self, name, table_offset, items):
+    def _table_check(self, name, table_offset, items, missing=TableKeyMissing):
         """Check ``[(key, expected_version or None)]`` against the table.
 
         ``expected`` None is unconditional; ``NO_EVENT_NUMBER``... is not used
         here: ``-1`` means "the key must not exist", any other value means
-        "the key must exist with exactly this version".
+        "the key must exist with exactly this version". A version given for a
+        missing key raises ``missing``: an update answers TableBadVersion for
+        it, a removal TableKeyMissing (pravega-clients.md §3.4). Returns the
+        table's counter and the set of the keys that exist.
         """
         version = self._table_version(name)
         if table_offset is not None and table_offset >= 0 and table_offset != version:
@@ -430,10 +439,10 @@ class LogStore:
                 if have is not None:
                     raise TableBadVersion(name, key)
             elif have is None:
-                raise TableKeyMissing(name, key)
+                raise missing(name, key)
             elif have != expected:
                 raise TableBadVersion(name, key)
-        return version
+        return version, current.keys()
 
     def table_update(self, name, entries, table_offset=None):
         """Write ``[(key, value, expected_version or None)]`` all or nothing.
@@ -442,7 +451,8 @@ class LogStore:
         fires with the new versions in request order.
         """
         self._check_usable()
-        version = self._table_check(name, table_offset, [(k, e) for k, _, e in entries])
+        version, _ = self._table_check(name, table_offset, [(k, e) for k, _, e in entries],
+                                       missing=TableBadVersion)
         puts = []
         for key, value, _ in entries:
             puts.append((key, value, version))
@@ -451,10 +461,15 @@ class LogStore:
         return self._durably([self.meta.wal_path], [v for _, _, v in puts])
 
     def table_remove(self, name, keys, table_offset=None):
-        """Remove ``[(key, expected_version or None)]`` all or nothing."""
+        """Remove ``[(key, expected_version or None)]`` all or nothing.
+
+        Each key removed advances the table's counter, like a write, so a
+        conditional ``table_offset`` sees the change; removing a missing key
+        unconditionally is a no-op."""
         self._check_usable()
-        version = self._table_check(name, table_offset, keys)
-        self.meta.table_write(name, [], [k for k, _ in keys], version)
+        version, present = self._table_check(name, table_offset, keys)
+        removed = {k for k, _ in keys if k in present}
+        self.meta.table_write(name, [], list(removed), version + len(removed))
         return self._durably([self.meta.wal_path], None)
 
     def table_read(self, name, keys):
@@ -463,9 +478,14 @@ class LogStore:
         return self.meta.table_get(name, keys)
 
     def table_entries(self, name, from_version, limit):
-        """``(entries [(key, value, version)], next_version)`` with version >= ``from_version``."""
+        """``(entries [(key, value, version)], next_version)`` with version >= ``from_version``.
+
+        ``next_version`` is where the next page starts: the last returned
+        version + 1, or the table's counter when nothing is returned (so a
+        page cut by ``limit`` skips nothing)."""
         version = self._table_version(name)
-        return self.meta.table_scan(name, from_version, limit), version
+        entries = self.meta.table_scan(name, from_version, limit)
+        return entries, (entries[-1][2] + 1 if entries else version)
 
     # -- maintenance -----------------------------------------------------------------------
 
