@@ -7,66 +7,11 @@ to the raw-loopback baseline (``bench.echo`` answering canned replies of
 the same size) measured in the same run.
 """
 import json
-import os
-import shutil
 import subprocess
-import sys
-import tempfile
-import time
 
 from twisted.internet import defer, threads
 
-PYTHON = sys.executable
-
-
-def wait_for(path, proc, timeout=30.0):
-    deadline = time.time() + timeout
-    while not os.path.exists(path):
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        if time.time() > deadline:
-            raise RuntimeError(f"no {path} after {timeout}s")
-        time.sleep(0.05)
-    with open(path) as f:
-        return json.load(f)
-
-
-class Gateway:
-    """A gateway subprocess on a fresh data directory."""
-
-    def __init__(self, fsync):
-        self.dir = tempfile.mkdtemp(prefix="gw-bench-")
-        config = os.path.join(self.dir, "config.yaml")
-        with open(config, "w") as f:
-            f.write(f"storage: {{path: ./data, fsync: {fsync}}}\n"
-                    "listeners:\n  - {dialect: rustlog, endpoint: \"tcp:0:interface=127.0.0.1\"}\n")
-        ports = os.path.join(self.dir, "ports.json")
-        self.proc = subprocess.Popen([PYTHON, "-m", "gateway.cli", "run", "-c", config,
-                                      "--ports-file", ports],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.port = wait_for(ports, self.proc)["listeners"][0]["port"]
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(30)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-class Echo:
-    def __init__(self, reply):
-        self.dir = tempfile.mkdtemp(prefix="gw-echo-")
-        reply_file = os.path.join(self.dir, "reply")
-        with open(reply_file, "wb") as f:
-            f.write(reply)
-        ports = os.path.join(self.dir, "ports.json")
-        self.proc = subprocess.Popen([PYTHON, "-m", "bench.echo", "--ports-file", ports,
-                                      "--reply-file", reply_file])
-        self.port = wait_for(ports, self.proc)["port"]
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(30)
-        shutil.rmtree(self.dir, ignore_errors=True)
+from bench.procs import PYTHON, Echo, Gateway
 
 
 def load(port, *args):
@@ -131,8 +76,8 @@ def measure(runs, seconds):
 
 
 @defer.inlineCallbacks
-def rustlog_table(reactor, runs, seconds):
-    from bench.__main__ import print_table
+def table(reactor, runs, seconds):
+    from bench.table import print_table
     rows = yield threads.deferToThread(measure, runs, seconds)
     print_table("RustLog over loopback, 8 connections pipelining (ratio to raw loopback)",
                 ("scenario", "policy", "requests/s", "records/s", "MB/s", "ratio"), rows)

@@ -11,6 +11,7 @@ import time
 
 from twisted.internet import defer
 
+from bench.table import median_of, print_table
 from gateway.records import NEUTRAL, RecordBatch, encode_neutral
 from storage import LogStore, StoreSettings
 
@@ -68,3 +69,22 @@ def append_scenario(reactor, fsync, batch, size=100, producers=1, seconds=2.0):
     finally:
         yield store.close()
         shutil.rmtree(path, ignore_errors=True)
+
+
+@defer.inlineCallbacks
+def table(reactor, runs, seconds):
+    rows = []
+    base = {}
+    for batch in (1, 100):
+        for fsync, producers in (("never", 1), ("interval", 32), ("always", 32),
+                                 ("always", 1)):
+            if batch == 100 and producers == 1 and fsync == "always":
+                continue
+            rps, mbps = yield median_of(runs, lambda: append_scenario(
+                reactor, fsync, batch, producers=producers, seconds=seconds))
+            if fsync == "never":
+                base[batch] = rps
+            rows.append((f"store append {batch} x 100 B", f"fsync {fsync}", producers,
+                         rps, mbps, rps / base[batch]))
+    print_table("Store appends (records/s; ratio to fsync never, same batch size)",
+                ("scenario", "policy", "producers", "records/s", "MB/s", "ratio"), rows)
