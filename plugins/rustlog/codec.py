@@ -2,7 +2,7 @@
 
 Pure (no Twisted, no I/O) so that it can be fuzzed. It works on frame
 *payloads*: the u32 BE length prefix belongs to the transport
-(``Int32StringReceiver`` on both sides), which also enforces
+(``gateway.framing.FramedProtocol`` on both sides), which also enforces
 ``MAX_FRAME_BYTES`` before buffering a body.
 
 Two variants share one listener (shared/protocols/rustlog.md):

@@ -162,7 +162,7 @@ class RustLogProtocol(TrackedConnection, FramedProtocol):
         def failed(failure):
             if failure.check(UnknownTopic, UnknownPartition):
                 return self._reply(variant, rc.OffsetCommitResponse(False))
-            if failure.check(NotAuthorized, InvalidTopicName):
+            if failure.check(NotAuthorized, InvalidTopicName, InvalidRequest):
                 message, code = error_answer(failure.value, req.topic, req.partition)
                 return self._error(variant, message, code)
             failure.trap(LogError)
