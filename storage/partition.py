@@ -223,30 +223,11 @@ class Partition:
     def read(self, offset, max_bytes):
         """Whole batches from the one holding ``offset``; at least one if there is
         any, then up to ``max_bytes`` of payload in all."""
-        batches = []
-        total = 0
-        for batch in self.iter_batches(offset):
-            size = len(batch.payload)
-            if batches and total + size > max_bytes:
-                break
-            batches.append(batch)
-            total += size
-            if total >= max_bytes:
-                break
-        return batches
+        return _take(self.iter_batches(offset), max_bytes)
 
     def read_at_position(self, stream_pos, max_bytes):
-        batches = []
-        total = 0
-        for batch in self.iter_batches_at_position(stream_pos):
-            size = len(batch.payload)
-            if batches and total + size > max_bytes:
-                break
-            batches.append(batch)
-            total += size
-            if total >= max_bytes:
-                break
-        return batches
+        """Like ``read``, from the batch holding stream position ``stream_pos``."""
+        return _take(self.iter_batches_at_position(stream_pos), max_bytes)
 
     def first_batch_with_timestamp(self, timestamp):
         """The first batch whose largest timestamp is >= ``timestamp``, or None."""
@@ -293,3 +274,18 @@ class Partition:
         for _, d in waiters:
             if not d.called:
                 d.errback(StorageError("store closed"))
+
+
+def _take(batches, max_bytes):
+    """The first batch, then more while their payloads fit ``max_bytes``."""
+    taken = []
+    total = 0
+    for batch in batches:
+        size = len(batch.payload)
+        if taken and total + size > max_bytes:
+            break
+        taken.append(batch)
+        total += size
+        if total >= max_bytes:
+            break
+    return taken
