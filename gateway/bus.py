@@ -8,11 +8,14 @@ It is the only caller of the store.
 """
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from gateway import commands as c
+from gateway.config import GroupsConfig
 from gateway.errors import (
     InvalidRequest, InvalidTopicName, LogError, RecordTooLarge,
     UnknownPartition, UnknownTopic)
+from gateway.groups import GroupCoordinator
 from gateway.records import NEUTRAL, EncodedBatch, FormatRegistry, encode_neutral
 from gateway.subscription import Subscription
 from storage import Appended, valid_topic_name
@@ -20,20 +23,31 @@ from storage.store import FRAMING_OVERHEAD
 
 log = Logger()
 
+#: the largest offset a commit may name (int64)
+MAX_OFFSET = (1 << 63) - 1
+
 
 class CommandBus:
-    """Executes commands against ``store`` under the ``topics`` and ``limits`` config."""
+    """Executes commands against ``store`` under the ``topics`` and ``limits`` config.
 
-    def __init__(self, store, topics, limits, reactor=None):
+    ``groups`` (the ``groups:`` config, defaults if None) configures the
+    process's one group coordinator, ``self.groups``: group membership is
+    state in memory, not a store command, so dialects reach it directly
+    through their bus view rather than through ``execute``.
+    """
+
+    def __init__(self, store, topics, limits, reactor=None, groups=None):
         if reactor is None:
             from twisted.internet import reactor
         self.store = store
         self.topics = topics
         self.limits = limits
         self.reactor = reactor
+        self.groups = GroupCoordinator(groups or GroupsConfig(), reactor)
         self.formats = FormatRegistry()
         self.subscriptions = set()
         self.parked = 0
+        self._creating = {}     # topic -> Deferreds waiting for its auto-creation
         self._handlers = {
             c.Produce: self._produce,
             c.Fetch: self._fetch,
@@ -118,13 +132,37 @@ class CommandBus:
         return self.store.seal_partition(cmd.topic, cmd.partition)
 
     def _ensure_topic(self, topic, allowed):
-        """None if the topic exists; else a Deferred creating it, if allowed."""
+        """None if the topic exists; else a Deferred creating it, if allowed.
+
+        While an auto-creation is not yet durable, later commands for the
+        topic queue behind it and are released in arrival order: a produce
+        pipelined behind the one that creates the topic must not append
+        first (the topic is in the store's table at once, so without the
+        queue it would).
+        """
+        queue = self._creating.get(topic)
+        if queue is not None:
+            d = defer.Deferred()
+            queue.append(d)
+            return d
         if topic in self.store.topics:
             return None
         self._check_name(topic)
         if not (allowed and self.topics.auto_create):
             raise UnknownTopic(topic)
-        return self.store.create_topic(topic, self.topics.default_partitions)
+        created = self.store.create_topic(topic, self.topics.default_partitions)
+        first = defer.Deferred()
+        queue = self._creating[topic] = [first]
+
+        def release(result):
+            del self._creating[topic]
+            for d in queue:
+                if isinstance(result, Failure):
+                    d.errback(result)
+                else:
+                    d.callback(result)
+        created.addBoth(release)
+        return first
 
     def _metadata(self, cmd):
         names = self.store.topic_names() if cmd.topics is None else list(cmd.topics)
@@ -145,10 +183,19 @@ class CommandBus:
     # -- produce -------------------------------------------------------------------
 
     def _produce(self, cmd):
+        if cmd.topic not in self.store.topics:
+            # A produce refused for its size must not leave a new topic behind.
+            self._check_size(cmd.records)
         created = self._ensure_topic(cmd.topic, cmd.auto_create)
         if created is not None:
             return created.addCallback(lambda _: self._append(cmd))
         return self._append(cmd)
+
+    def _check_size(self, records):
+        largest = (records.max_value_bytes if isinstance(records, EncodedBatch)
+                   else max(map(len, records.values), default=0))
+        if largest > self.limits.max_record_bytes:
+            raise RecordTooLarge(largest, self.limits.max_record_bytes)
 
     def _append(self, cmd):
         records = cmd.records
@@ -162,13 +209,15 @@ class CommandBus:
                 raise RecordTooLarge(records.max_value_bytes, limit)
             return self.store.append(cmd.topic, cmd.partition, records.format, records.payload,
                                      records.count, records.first_ts, records.max_ts,
-                                     records.value_bytes, cmd.writer, cmd.kind)
+                                     records.value_bytes, cmd.writer, cmd.kind,
+                                     cmd.expected_offset)
         payload, first_ts, max_ts, value_bytes, largest = encode_neutral(
             records, self.store.now_ms())
         if largest > limit:
             raise RecordTooLarge(largest, limit)
         return self.store.append(cmd.topic, cmd.partition, NEUTRAL, payload, len(records),
-                                 first_ts, max_ts, value_bytes, cmd.writer, cmd.kind)
+                                 first_ts, max_ts, value_bytes, cmd.writer, cmd.kind,
+                                 cmd.expected_offset)
 
     # -- reading --------------------------------------------------------------------
 
@@ -329,6 +378,10 @@ class CommandBus:
     def _commit(self, cmd):
         if cmd.offset < 0:
             raise InvalidRequest(f"committed offset {cmd.offset} is negative")
+        if cmd.offset > MAX_OFFSET:
+            # Offsets are int64 (Kafka's, and SQLite's INTEGER): a larger one,
+            # which RustLog's u64 can say, is a client's error, not a crash.
+            raise InvalidRequest(f"committed offset {cmd.offset} is above {MAX_OFFSET}")
         return self.store.commit_offset(cmd.group, cmd.topic, cmd.partition, cmd.offset,
                                         cmd.metadata)
 
@@ -354,6 +407,7 @@ class ListenerBus:
         self.decode = bus.decode
         self.formats = bus.formats
         self.reactor = bus.reactor
+        self.groups = bus.groups
 
     def execute(self, command):
         return self.bus.execute(command)

@@ -19,7 +19,13 @@ class Produce:
     number)`` for Pravega's idempotent writers; ``kind`` the topic kind the
     append needs (``bytes`` for Pravega byte streams). ``auto_create`` says
     whether this dialect lets a produce create the topic (the config's
-    ``topics.auto_create`` must allow it too). Answers ``Appended``.
+    ``topics.auto_create`` must allow it too). ``expected_offset`` makes the
+    append conditional: it happens only if the batch would start exactly
+    there (the partition's next offset, counting appends not yet durable),
+    else it fails with ``OffsetOutOfRange`` and stores nothing; it is for
+    producers that name their own positions (TANK's ProduceWithSeqnum and
+    sparse bundles), where checking first and appending after would race
+    with other writers. Answers ``Appended``.
     """
     topic: str
     partition: int
@@ -27,6 +33,7 @@ class Produce:
     writer: Optional[Tuple[bytes, int, int]] = None
     kind: Optional[str] = None
     auto_create: bool = True
+    expected_offset: Optional[int] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +164,16 @@ class LookupPosition:
     topic: str
     partition: int
     position: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriterEventNumber:
+    """The event number stored with ``writer_id``'s last append to the
+    partition (Pravega's AppendSetup), or ``storage.NO_EVENT_NUMBER`` for a
+    writer the partition has never seen. Answers an int."""
+    topic: str
+    partition: int
+    writer_id: bytes
 
 
 @dataclass(frozen=True, slots=True)

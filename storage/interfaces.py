@@ -42,8 +42,10 @@ class ILogStore(Interface):
         """Refuse further appends to a partition; Deferred."""
 
     def append(topic, partition, fmt, payload, count, first_ts, max_ts, value_bytes,
-               writer=None, kind=None):
-        """Store one batch atomically; Deferred[Appended] once durable."""
+               writer=None, kind=None, expected_offset=None):
+        """Store one batch atomically; Deferred[Appended] once durable. With
+        ``expected_offset``, only if the batch would start at that offset
+        (else OffsetOutOfRange, nothing stored)."""
 
     def read(topic, partition, offset, max_bytes):
         """[StoredBatch] from the batch holding ``offset``, up to the high watermark."""

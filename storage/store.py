@@ -267,18 +267,25 @@ class LogStore:
     # -- data ----------------------------------------------------------------------
 
     def append(self, topic, partition, fmt, payload, count, first_ts, max_ts, value_bytes,
-               writer=None, kind=None):
+               writer=None, kind=None, expected_offset=None):
         """Store one batch atomically; fires with ``Appended`` once durable.
 
         ``writer`` is ``(writer_id, expected, new)``: the append happens only
         if the writer's stored event number is ``expected``, and ``new`` is
         stored with the batch. ``kind`` is the topic kind this append needs
         (None: event, or whatever the topic already is for non-Pravega use).
+        ``expected_offset``: the append happens only if the batch would start
+        at this offset (``OffsetOutOfRange`` otherwise, naming the next offset
+        as ``log_end``); checked against the next offset, not the durable
+        end, so pipelined conditional appends follow each other.
         """
         self._check_usable()
         part = self._partition(topic, partition)
         if part.sealed:
             raise PartitionSealed(topic, partition)
+        if expected_offset is not None and expected_offset != part.next_offset:
+            raise OffsetOutOfRange(topic, partition, expected_offset, part.log_start,
+                                   part.next_offset)
         row = self.topics[topic]
         paths = []
         if row.kind != (kind or row.kind):
