@@ -65,6 +65,8 @@ class CommandBus:
             c.ListGroups: lambda cmd: store.groups(),
             c.GroupOffsets: lambda cmd: store.group_offsets(cmd.group),
             c.LookupPosition: self._lookup_position,
+            c.WriterEventNumber: lambda cmd: store.writer_event_number(
+                cmd.topic, cmd.partition, cmd.writer_id),
             c.TableCreate: lambda cmd: store.table_create(cmd.table),
             c.TableDelete: lambda cmd: store.table_delete(cmd.table, cmd.must_be_empty),
             c.TableUpdate: lambda cmd: store.table_update(cmd.table, cmd.entries,

@@ -4,6 +4,7 @@
 
     GatewayService
      ├── StoreService        opens (recovers) the store; retention timer; closes it last
+     ├── GroupCoordinator    consumer groups of every dialect; cancels its timers on stop
      └── ListenerService x N one per listener, made by its dialect
 
 Twisted's ``MultiService`` stops its children all at once; ours waits for
@@ -71,11 +72,12 @@ class GatewayService(MultiService):
             dialects = find_dialects()
         self.config = config
         self.store = LogStore(store_settings(config.storage), reactor)
-        self.bus = CommandBus(self.store, config.topics, config.limits, reactor)
+        self.bus = CommandBus(self.store, config.topics, config.limits, reactor, config.groups)
         for dialect in dialects.values():
             for format_id, decoder in dialect.formats.items():
                 self.bus.formats.register(format_id, decoder)
         StoreService(self.store, config.storage.retention_check_ms).setServiceParent(self)
+        self.bus.groups.setServiceParent(self)
         self.listeners = []
         for listener in config.listeners:
             service = dialects[listener.dialect].makeService(
