@@ -18,6 +18,9 @@ from itertools import accumulate
 NEUTRAL = 0
 TANK_BUNDLE = 1
 KAFKA_MESSAGE_SET = 2
+#: Pravega event-framed data as appended (``int32 0, int32 len, value`` per
+#: record): the payload *is* the segment's byte view, so reads pass it through
+PRAVEGA_EVENTS = 3
 
 _COUNT = struct.Struct("<BI")
 _HAS_TIMESTAMPS = 0x01
