@@ -15,6 +15,9 @@ log = Logger()
 #: requests a connection may have in flight before the gateway stops reading
 #: from it; the client is slowed down by TCP, and memory stays bounded
 MAX_IN_FLIGHT = 1024
+#: how long a stopping listener waits for its connections to close before
+#: dropping them
+CLOSE_GRACE_SECONDS = 2.0
 
 
 class DialectFactory(Factory):
@@ -47,12 +50,30 @@ class DialectFactory(Factory):
                     dialect=self.listener.dialect, listener=self.listener.path)
 
     def close_connections(self):
-        """Close every open connection; fires when all are gone."""
+        """Close every open connection; fires when all are gone.
+
+        A client that stopped reading never lets its transport write out what
+        it holds, so a plain close would wait for it forever and hold up the
+        gateway's shutdown: after ``CLOSE_GRACE_SECONDS`` the connections still
+        open are dropped.
+        """
         waits = []
         for proto in list(self.connections):
             waits.append(proto.closed)
             proto.transport.loseConnection()
-        return defer.DeferredList(waits)
+        if not waits:
+            return defer.succeed(None)
+        drop = self.bus.reactor.callLater(CLOSE_GRACE_SECONDS, self._drop_remaining)
+
+        def done(result):
+            if drop.active():
+                drop.cancel()
+            return result
+        return defer.DeferredList(waits).addBoth(done)
+
+    def _drop_remaining(self):
+        for proto in list(self.connections):
+            proto.transport.abortConnection()
 
 
 class TrackedConnection:

@@ -14,8 +14,8 @@ import socket
 from twisted.internet import defer, reactor, task
 
 from gateway import commands as c
+from gateway import protocol as gateway_protocol
 from plugins.figg import codec as fc
-from plugins.figg import server
 from tests.figg_support import FiggTest, wait_until
 
 KiB = 1024
@@ -200,7 +200,7 @@ class FlowTests(FiggTest):
 
     @defer.inlineCallbacks
     def test_a_stalled_subscriber_does_not_hold_up_the_gateway_stopping(self):
-        self.patch(server, "CLOSE_GRACE_SECONDS", 0.2)
+        self.patch(gateway_protocol, "CLOSE_GRACE_SECONDS", 0.2)
         yield self.start()
         sub = yield self.raw()
         proto = self.factory().connections.copy().pop()

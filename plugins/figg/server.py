@@ -69,9 +69,6 @@ TAIL = fc.U64_MAX
 TOPIC_POLL_SECONDS = 0.5
 #: the largest chunk a subscription reads from the log at once
 MAX_READ_BYTES = 256 * 1024
-#: how long a stopping listener lets a connection write out what it holds
-#: before dropping it
-CLOSE_GRACE_SECONDS = 2.0
 
 
 class _Run:
@@ -518,22 +515,3 @@ class FiggFactory(DialectFactory):
         #: DATA bytes per write: with the transport's own buffer, the bound
         self.write_chunk = buffered - TRANSPORT_BUFFER_BYTES
         self.read_chunk = min(self.write_chunk, MAX_READ_BYTES)
-
-    def close_connections(self):
-        """Close every connection, as any listener does when it stops; then,
-        after ``CLOSE_GRACE_SECONDS``, drop those still open. A subscriber
-        that stopped reading never lets its transport write out the DATA it
-        holds, so a plain close would wait for it forever and hold up the
-        gateway's shutdown."""
-        d = super().close_connections()
-        drop = self.bus.reactor.callLater(CLOSE_GRACE_SECONDS, self._drop_remaining)
-
-        def done(result):
-            if drop.active():
-                drop.cancel()
-            return result
-        return d.addBoth(done)
-
-    def _drop_remaining(self):
-        for proto in list(self.connections):
-            proto.transport.abortConnection()
