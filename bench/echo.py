@@ -6,12 +6,11 @@ answers every frame with a canned reply, doing no other work.
 server's, measured in the same run with the same load generator.
 """
 import argparse
-import json
 import struct
 
-from twisted.internet import reactor
 from twisted.internet.protocol import Factory
 
+from bench.procs import serve_port0
 from gateway.framing import FramedProtocol
 
 
@@ -32,16 +31,10 @@ def main():
     p.add_argument("--reply-file", required=True)
     a = p.parse_args()
     factory = Factory.forProtocol(Canned)
-    factory.noisy = False
     with open(a.reply_file, "rb") as f:
         body = f.read()
     factory.reply = struct.pack(">I", len(body)) + body
-    port = reactor.listenTCP(0, factory, interface="127.0.0.1")
-    with open(a.ports_file + ".tmp", "w") as f:
-        json.dump({"port": port.getHost().port}, f)
-    import os
-    os.replace(a.ports_file + ".tmp", a.ports_file)
-    reactor.run()
+    serve_port0(factory, a.ports_file)
 
 
 if __name__ == "__main__":

@@ -20,16 +20,13 @@ once, relays PUBLISH as DATA and streams a canned backlog) measured in the
 same run with the same load generator. For throughput a ratio of 1 means as
 fast as the bare transport; for latency it is gateway p99 over baseline p99.
 """
-import json
-import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 
 from twisted.internet import defer, threads
 
-from bench.procs import PYTHON, wait_for
+from bench.procs import Gateway, ServerProcess, run_json
 from bench.table import print_table
 from gateway.records import NEUTRAL, RecordBatch, encode_neutral
 from storage import LogStore, StoreSettings
@@ -39,37 +36,17 @@ WINDOW = 256
 RATE = 5000
 
 
-class Server:
-    """A server subprocess listening on port 0: the gateway (a Figg listener
-    on ``data``, or on a fresh directory) or the ``bench.figg_echo`` baseline."""
-
-    def __init__(self, fsync=None, data=None, backlog=0):
-        self.dir = tempfile.mkdtemp(prefix="figg-bench-")
-        ports = os.path.join(self.dir, "ports.json")
-        if fsync is None:
-            args = ["-m", "bench.figg_echo", "--backlog", str(backlog), "--size", str(SIZE)]
-        else:
-            config = os.path.join(self.dir, "config.yaml")
-            with open(config, "w") as f:
-                f.write(f"storage: {{path: {data or './data'}, fsync: {fsync}}}\n"
-                        "listeners:\n"
-                        "  - {dialect: figg, endpoint: \"tcp:0:interface=127.0.0.1\"}\n")
-            args = ["-m", "gateway.cli", "run", "-c", config]
-        self.proc = subprocess.Popen([PYTHON, *args, "--ports-file", ports],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        found = wait_for(ports, self.proc)
-        self.port = found["port"] if fsync is None else found["listeners"][0]["port"]
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(30)
-        shutil.rmtree(self.dir, ignore_errors=True)
+def start_server(fsync=None, data=None, backlog=0):
+    """The gateway (a Figg listener on ``data``, or on a fresh directory) or,
+    with no ``fsync``, the ``bench.figg_echo`` baseline."""
+    if fsync is None:
+        return ServerProcess("bench.figg_echo", "--backlog", str(backlog), "--size", str(SIZE),
+                             prefix="figg-echo-", quiet=True)
+    return Gateway(fsync, ("figg",), data)
 
 
 def load(port, *args):
-    out = subprocess.run([PYTHON, "-m", "bench.figg_load", *args, "--port", str(port)],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    return run_json("bench.figg_load", *args, "--port", str(port))
 
 
 def preload(records, per_batch):
@@ -93,7 +70,7 @@ def on_server(runs, server_args, run, key):
     """Median of ``runs`` runs, each on a fresh server."""
     figures = []
     for _ in range(runs):
-        server = Server(**server_args)
+        server = start_server(**server_args)
         try:
             figures.append(run(server.port)[key])
         finally:
@@ -143,7 +120,7 @@ def measure(runs, seconds):
         for server_args, label in (({"fsync": "never"}, "fsync never"), ({}, "baseline")):
             figures = [None] * runs
             for i in range(runs):
-                server = Server(**server_args)
+                server = start_server(**server_args)
                 try:
                     figures[i] = load(server.port, *args)
                 finally:
@@ -168,7 +145,7 @@ def measure(runs, seconds):
                                ({"fsync": "interval"}, "fsync interval")):
         figures = []
         for _ in range(runs):
-            server = Server(**server_args)
+            server = start_server(**server_args)
             try:
                 figures.append(load(server.port, *args))
             finally:

@@ -15,14 +15,12 @@ listens on port 0 of 127.0.0.1. The Figg benchmarks report the gateway's
 figures as ratios to this server's, measured in the same run.
 """
 import argparse
-import json
-import os
 
-from twisted.internet import reactor
 from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import Factory
 from zope.interface import implementer
 
+from bench.procs import serve_port0
 from gateway.framing import FramedProtocol
 from plugins.figg import codec as fc
 
@@ -100,17 +98,12 @@ def main():
     p.add_argument("--size", type=int, default=100)
     a = p.parse_args()
     factory = Factory.forProtocol(Echo)
-    factory.noisy = False
     factory.live = set()
     factory.backlog = a.backlog
     parts = []
     fc.DataEncoder(b"bench").encode_into(parts, 1, [b"v" * a.size] * CHUNK, 0, 1 << 40)
     factory.chunk = b"".join(parts)
-    port = reactor.listenTCP(0, factory, interface="127.0.0.1")
-    with open(a.ports_file + ".tmp", "w") as f:
-        json.dump({"port": port.getHost().port}, f)
-    os.replace(a.ports_file + ".tmp", a.ports_file)
-    reactor.run()
+    serve_port0(factory, a.ports_file)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ the same load generator in the same run). Every figure is the median of
 """
 import argparse
 import json
-import os
 import socket
 import statistics
 import struct
@@ -35,7 +34,7 @@ import time
 
 from twisted.internet import defer, threads
 
-from bench.procs import PYTHON, Echo, Gateway
+from bench.procs import PYTHON, Echo, Gateway, cpu_seconds, run_json
 
 TOPIC = "bench"
 PARTITIONS = 4
@@ -102,9 +101,7 @@ def loadgen_main(argv):
 # -- helpers for the measuring side -----------------------------------------------------
 
 def load(port, *args):
-    out = subprocess.run([PYTHON, "-m", "bench.kafka", "loadgen", *args, "--port", str(port)],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    return run_json("bench.kafka", "loadgen", *args, "--port", str(port))
 
 
 def create_topic(rustlog_port, topic, partitions):
@@ -155,12 +152,6 @@ def canned_fetch_reply(topic):
     data = b"".join(kc.encode_entry(1000 + i, None, b"7" * VALUE_BYTES) for i in range(count))
     return kc.encode_response(kc.FETCH, 0, 0, kc.FetchResponse(
         ((topic, ((0, 0, 2000000, data),)),)))[4:]
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def idle_long_poll_cpu(consumers, seconds):

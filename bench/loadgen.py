@@ -26,9 +26,15 @@ def fetch_count(request_offsets):
     return count
 
 
-def run(host, port, frames, per_reply, connections, window, seconds):
+def run(host, port, frames, per_reply, connections, window, seconds, header=_LEN,
+        length_field=0, skip=None):
     """Send ``frames`` round-robin on each connection; ``per_reply(i, reply)``
-    says how many records reply ``i`` (of frame ``i``) carried."""
+    says how many records reply ``i`` (of frame ``i``) carried.
+
+    Replies are cut with ``header`` (a ``struct.Struct`` whose field
+    ``length_field`` is the body length: ``u32 BE`` by default, as RustLog and
+    Kafka frame); a reply for which ``skip(fields)`` is true (a TANK ping)
+    answers no request."""
     sel = selectors.DefaultSelector()
     conns = []
     for _ in range(connections):
@@ -74,16 +80,20 @@ def run(host, port, frames, per_reply, connections, window, seconds):
             buf = conn["buf"]
             buf += data
             pos = 0
-            while len(buf) - pos >= 4:
-                (n,) = _LEN.unpack_from(buf, pos)
-                if len(buf) - pos - 4 < n:
+            size = header.size
+            while len(buf) - pos >= size:
+                fields = header.unpack_from(buf, pos)
+                n = fields[length_field]
+                if len(buf) - pos - size < n:
                     break
-                reply = bytes(buf[pos + 4:pos + 4 + n])
-                pos += 4 + n
+                reply = bytes(buf[pos + size:pos + size + n])
+                pos += size + n
+                if skip is not None and skip(fields):
+                    continue
                 i = conn["inflight"].pop(0)
                 requests += 1
                 records += per_reply(i, reply)
-                nbytes += n + 4
+                nbytes += n + size
             del buf[:pos]
             if not stopping:
                 fill(conn)

@@ -23,15 +23,12 @@ import argparse
 import json
 import os
 import selectors
-import shutil
 import socket
 import statistics
 import struct
-import subprocess
-import tempfile
 import time
 
-from bench.procs import PYTHON, Gateway, wait_for
+from bench.procs import Gateway, ServerProcess, run_json, serve_port0
 from plugins.pravega import codec as pc
 
 SEGMENT = "gateway/bench/0.#epoch.0"
@@ -202,7 +199,6 @@ def echo(ports_file, read_reply_bytes):
     """A Twisted server with the Pravega framing answering canned replies:
     Hello and AppendSetup to the setup, a DataAppended to each
     AppendBlockEnd, a SegmentRead of ``read_reply_bytes`` to each read."""
-    from twisted.internet import reactor
     from twisted.internet.protocol import Factory
 
     from gateway.framing import FramedProtocol
@@ -239,44 +235,26 @@ def echo(ports_file, read_reply_bytes):
         def frameTooLarge(self, fields):
             self.transport.loseConnection()
 
-    factory = Factory.forProtocol(Canned)
-    factory.noisy = False
-    port = reactor.listenTCP(0, factory, interface="127.0.0.1")
-    with open(ports_file + ".tmp", "w") as f:
-        json.dump({"port": port.getHost().port}, f)
-    os.replace(ports_file + ".tmp", ports_file)
-    reactor.run()
+    serve_port0(Factory.forProtocol(Canned), ports_file)
 
 
 # -- the suite ------------------------------------------------------------------------------
 
 def _load(port, *args):
-    out = subprocess.run([PYTHON, "-m", "bench.pravega", "load", *args, "--port", str(port)],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    return run_json("bench.pravega", "load", *args, "--port", str(port))
 
 
-class _Echo:
+def _echo(read_reply_bytes=0):
     """The baseline server as a subprocess."""
-
-    def __init__(self, read_reply_bytes=0):
-        self.dir = tempfile.mkdtemp(prefix="gw-echo-")
-        ports = os.path.join(self.dir, "ports.json")
-        self.proc = subprocess.Popen([PYTHON, "-m", "bench.pravega", "echo", "--ports-file",
-                                      ports, "--read-reply-bytes", str(read_reply_bytes)])
-        self.port = wait_for(ports, self.proc)["port"]
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(30)
-        shutil.rmtree(self.dir, ignore_errors=True)
+    return ServerProcess("bench.pravega", "echo", "--read-reply-bytes", str(read_reply_bytes),
+                         prefix="gw-echo-")
 
 
 def measure(runs, seconds):
     """Blocking: every scenario ``runs`` times; returns table rows."""
     rows = []
     append_args = ["append", "--connections", "8", "--window", "8", "--seconds", str(seconds)]
-    echo = _Echo()
+    echo = _echo()
     try:
         base = statistics.median(_load(echo.port, *append_args)["events_per_s"]
                                  for _ in range(runs))
@@ -300,7 +278,7 @@ def measure(runs, seconds):
                                (64 * 1024, 64 * 1024, "64 KiB asks")):
         read_args = ["read", "--connections", "4", "--window", "4", "--seconds", str(seconds),
                      "--read-bytes", str(ask)]
-        echo = _Echo(served)
+        echo = _echo(served)
         try:
             base = statistics.median(_load(echo.port, *read_args)["bytes_per_s"]
                                      for _ in range(runs))

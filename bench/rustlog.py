@@ -6,18 +6,13 @@ pipelined on 8 connections), and fetch of 64 KiB replies, each under
 to the raw-loopback baseline (``bench.echo`` answering canned replies of
 the same size) measured in the same run.
 """
-import json
-import subprocess
-
 from twisted.internet import defer, threads
 
-from bench.procs import PYTHON, Echo, Gateway
+from bench.procs import Echo, Gateway, run_json
 
 
 def load(port, *args):
-    out = subprocess.run([PYTHON, "-m", "bench.loadgen", *args, "--port", str(port)],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    return run_json("bench.loadgen", *args, "--port", str(port))
 
 
 def fetch_reply(records, size):

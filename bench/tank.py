@@ -10,56 +10,21 @@ random, so Snappy gains nothing and only costs. Beside each figure: the
 ratio to the raw-loopback baseline (``bench.tank_echo`` answering canned
 replies of the same size) measured in the same run.
 """
-import json
-import os
-import shutil
 import statistics
 import subprocess
-import tempfile
 import time
 
 from twisted.internet import defer, threads
 
-from bench.procs import PYTHON, Gateway, wait_for
+from bench.procs import PYTHON, Echo, Gateway, cpu_seconds, run_json
 from plugins.tank import codec as c
 
 FETCH_BYTES = 64 * 1024
 PARKED = 100
 
 
-class TankEcho:
-    """``bench.tank_echo``: the raw-loopback baseline answering ``reply`` (a whole frame)."""
-
-    def __init__(self, reply):
-        self.dir = tempfile.mkdtemp(prefix="tank-echo-")
-        reply_file = os.path.join(self.dir, "reply")
-        with open(reply_file, "wb") as f:
-            f.write(reply)
-        ports = os.path.join(self.dir, "ports.json")
-        self.proc = subprocess.Popen([PYTHON, "-m", "bench.tank_echo", "--ports-file", ports,
-                                      "--reply-file", reply_file])
-        self.port = wait_for(ports, self.proc)["port"]
-
-    def stop(self):
-        self.proc.terminate()
-        self.proc.wait(30)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def load(module, port, *args):
-    out = subprocess.run([PYTHON, "-m", module, *args, "--port", str(port)],
-                         check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
-
-
 def tank_load(port, *args):
-    return load("bench.tank_loadgen", port, *args)
-
-
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return run_json("bench.tank_loadgen", *args, "--port", str(port))
 
 
 def canned_consume(fetch_bytes):
@@ -81,7 +46,7 @@ def canned_consume(fetch_bytes):
 
 
 def baseline(reply, runs, args):
-    echo = TankEcho(reply)
+    echo = Echo(reply, "bench.tank_echo")
     try:
         return statistics.median(tank_load(echo.port, *args)["records_per_s"]
                                  for _ in range(runs))
@@ -124,7 +89,7 @@ def measure(runs, seconds):
         gw = Gateway("never", dialects=("tank", "rustlog"))
         try:
             if writer == "rustlog":
-                load("bench.loadgen", gw.ports["rustlog"], "produce", "--records", "100",
+                run_json("bench.loadgen", "--port", str(gw.ports["rustlog"]), "produce", "--records", "100",
                      "--seconds", "3", "--connections", "2", "--window", "8")
             else:
                 tank_load(gw.ports["tank"], "produce", "--seconds", "1.5", "--connections", "2",

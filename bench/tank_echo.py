@@ -6,13 +6,11 @@ of 127.0.0.1; ``bench.tank`` reports the gateway's figures as a ratio to
 this server's, measured in the same run with the same load generator.
 """
 import argparse
-import json
-import os
 
-from twisted.internet import reactor
 from twisted.internet.protocol import Factory
 
 from bench.echo import Canned
+from bench.procs import serve_port0
 from plugins.tank.codec import FRAME_HEADER
 
 
@@ -28,14 +26,9 @@ def main():
     p.add_argument("--reply-file", required=True)
     a = p.parse_args()
     factory = Factory.forProtocol(TankCanned)
-    factory.noisy = False
     with open(a.reply_file, "rb") as f:
         factory.reply = f.read()
-    port = reactor.listenTCP(0, factory, interface="127.0.0.1")
-    with open(a.ports_file + ".tmp", "w") as f:
-        json.dump({"port": port.getHost().port}, f)
-    os.replace(a.ports_file + ".tmp", a.ports_file)
-    reactor.run()
+    serve_port0(factory, a.ports_file)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,11 @@ gateway's CPU meanwhile.
 import argparse
 import json
 import random
-import selectors
 import socket
 import struct
 import time
 
+from bench import loadgen
 from plugins.tank import codec as c
 
 _ENTRY = struct.Struct("<HBQQI")
@@ -54,72 +54,10 @@ def connect(host, port):
 
 
 def run(host, port, frames, per_reply, connections, window, seconds):
-    """Send ``frames`` round-robin on each connection; ``per_reply(i, payload)``
-    says how many records the reply to frame ``i`` carried."""
-    sel = selectors.DefaultSelector()
-    conns = []
-    for _ in range(connections):
-        s = connect(host, port)
-        s.setblocking(False)
-        conn = {"sock": s, "buf": bytearray(), "inflight": [], "next": 0}
-        conns.append(conn)
-        sel.register(s, selectors.EVENT_READ, conn)
-    requests = records = nbytes = 0
-    started = time.perf_counter()
-    deadline = started + seconds
-
-    def fill(conn):
-        out = []
-        while len(conn["inflight"]) < window:
-            i = conn["next"]
-            conn["next"] = (i + 1) % len(frames)
-            conn["inflight"].append(i)
-            out.append(frames[i])
-        if out:
-            conn["sock"].setblocking(True)
-            conn["sock"].sendall(b"".join(out))
-            conn["sock"].setblocking(False)
-
-    for conn in conns:
-        fill(conn)
-    stopping = False
-    header = c.FRAME_HEADER
-    while True:
-        if time.perf_counter() >= deadline:
-            stopping = True
-        if stopping and all(not conn["inflight"] for conn in conns):
-            break
-        for key, _ in sel.select(timeout=1.0):
-            conn = key.data
-            try:
-                data = conn["sock"].recv(1 << 20)
-            except BlockingIOError:
-                continue
-            if not data:
-                raise SystemExit("server closed the connection")
-            buf = conn["buf"]
-            buf += data
-            pos = 0
-            while len(buf) - pos >= 5:
-                msg_id, n = header.unpack_from(buf, pos)
-                if len(buf) - pos - 5 < n:
-                    break
-                reply = bytes(buf[pos + 5:pos + 5 + n])
-                pos += 5 + n
-                if msg_id == c.PING:
-                    continue
-                i = conn["inflight"].pop(0)
-                requests += 1
-                records += per_reply(i, reply)
-                nbytes += n + 5
-            del buf[:pos]
-            if not stopping:
-                fill(conn)
-    elapsed = time.perf_counter() - started
-    for conn in conns:
-        conn["sock"].close()
-    return {"requests_per_s": requests / elapsed, "records_per_s": records / elapsed,
-            "reply_bytes_per_s": nbytes / elapsed}
+    """``bench.loadgen.run`` with TANK framing; the broker's pings answer nothing."""
+    return loadgen.run(host, port, frames, per_reply, connections, window, seconds,
+                       header=c.FRAME_HEADER, length_field=1,
+                       skip=lambda fields: fields[0] == c.PING)
 
 
 def bundle_100(i, record_size, compress):
