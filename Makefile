@@ -6,7 +6,7 @@ VENV   := .venv
 PIP    := $(VENV)/bin/pip
 CONFIG ?= config.yaml
 
-.PHONY: run test install install-test bench clean
+.PHONY: run test install install-test bench proto clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ test: install-test
 
 bench: install-test
 	$(VENV)/bin/python -m bench
+
+# Regenerate the Pravega controller's protobuf module (committed) from its .proto.
+proto: install
+	$(PIP) install --quiet grpcio-tools
+	$(VENV)/bin/python -m plugins.pravega_controller.generate
 
 clean:
 	rm -rf $(VENV) build *.egg-info data

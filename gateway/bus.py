@@ -11,6 +11,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from gateway import commands as c
+from gateway.access import AccessRules
 from gateway.config import GroupsConfig
 from gateway.errors import (
     InvalidRequest, InvalidTopicName, LogError, RecordTooLarge,
@@ -47,6 +48,7 @@ class CommandBus:
         self.formats = FormatRegistry()
         self.subscriptions = set()
         self.parked = 0
+        self.metrics_registry = None
         self._creating = {}     # topic -> Deferreds waiting for its auto-creation
         self._handlers = {
             c.Produce: self._produce,
@@ -58,6 +60,7 @@ class CommandBus:
             c.Metadata: self._metadata,
             c.CreateTopic: self._create_topic,
             c.CreatePartitions: self._create_partitions,
+            c.SetTopicAttrs: self._set_topic_attrs,
             c.DeleteTopic: self._delete_topic,
             c.SealPartition: self._seal,
             c.CommitOffset: self._commit,
@@ -91,12 +94,19 @@ class CommandBus:
         return defer.succeed(result)
 
     def metrics_text(self):
+        """The metrics in the Prometheus text format: the whole gateway's
+        when the service has set ``metrics_registry`` (``metrics:`` is
+        configured), else the store's."""
+        if self.metrics_registry is not None:
+            from prometheus_client import generate_latest
+            return generate_latest(self.metrics_registry).decode("utf-8")
         from gateway.metrics import exposition
         return exposition(self)
 
-    def for_listener(self, listener):
-        """The view of the bus one listener's dialect gets."""
-        return ListenerBus(self, listener)
+    def for_listener(self, listener, meter=None):
+        """The view of the bus one listener's dialect gets; ``meter`` (a
+        ``gateway.metrics.ListenerMeter``) counts its commands."""
+        return ListenerBus(self, listener, meter)
 
     def decode(self, batch):
         """``Records`` of a stored batch, whatever format it was stored in."""
@@ -126,6 +136,11 @@ class CommandBus:
             raise InvalidRequest(f"topic {cmd.topic} has {info.partitions} partitions; "
                                  f"partition counts never shrink")
         return self.store.create_partitions(cmd.topic, cmd.count)
+
+    def _set_topic_attrs(self, cmd):
+        attrs = self.store.topic(cmd.topic).attrs
+        attrs.update(cmd.attrs)
+        return self.store.set_topic_attrs(cmd.topic, attrs)
 
     def _delete_topic(self, cmd):
         return self.store.delete_topic(cmd.topic)
@@ -397,24 +412,66 @@ class CommandBus:
 class ListenerBus:
     """One listener's view of the bus: what its dialect is given.
 
-    It carries the listener's identity (for logs and, with the operations
-    work, metrics) and is where per-listener access rules and limits apply,
-    so no dialect re-implements them.
+    It carries the listener's identity (for logs and metrics) and applies
+    the listener's access rules (``gateway.access``), so no dialect
+    re-implements them. It also knows the listener's produces in flight,
+    which a stopping gateway lets finish, and, when metrics are on
+    (``meter``), counts every command by type and outcome and every append
+    by topic: once per command, which is once per batch, never per record.
+    ``configure`` swaps the listener's config in (a reload): the rules
+    apply from the next command on.
     """
 
-    def __init__(self, bus, listener):
+    def __init__(self, bus, listener, meter=None):
         self.bus = bus
-        self.listener = listener
-        self.limits = bus.limits
         self.decode = bus.decode
         self.formats = bus.formats
         self.reactor = bus.reactor
         self.groups = bus.groups
+        self.meter = meter
+        self.producing = 0
+        self._idle = []
+        self.configure(listener)
+
+    def configure(self, listener):
+        self.listener = listener
+        self.rules = None if listener.access.unrestricted else AccessRules(listener.access)
+
+    @property
+    def limits(self):
+        """The gateway-wide limits (``limits:``), as reloaded."""
+        return self.bus.limits
 
     def execute(self, command):
-        return self.bus.execute(command)
+        rules = self.rules
+        d = self.bus.execute(command) if rules is None else rules.execute(self.bus, command)
+        if type(command) is c.Produce:
+            self.producing += 1
+            d.addBoth(self._produced, command)
+        elif self.meter is not None:
+            self.meter.observe(command, d)
+        return d
+
+    def _produced(self, result, command):
+        self.producing -= 1
+        if self.meter is not None:
+            self.meter.produced(command, result)
+        if not self.producing and self._idle:
+            # After this turn: the dialect's own callbacks, which follow this
+            # one, write the answer first.
+            idle, self._idle = self._idle, []
+            self.reactor.callLater(0, lambda: [d.callback(None) for d in idle])
+        return result
+
+    def idle(self):
+        """Fires once no produce of this listener is in flight and the
+        answers of those that were have been written."""
+        if not self.producing:
+            return defer.succeed(None)
+        d = defer.Deferred()
+        self._idle.append(d)
+        return d
 
     def metrics_text(self):
         """The gateway's metrics in the Prometheus text format."""
         return self.bus.metrics_text()
-

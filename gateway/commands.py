@@ -118,6 +118,16 @@ class CreatePartitions:
 
 
 @dataclass(frozen=True, slots=True)
+class SetTopicAttrs:
+    """Merge ``attrs`` into the topic's stored attributes (each key given
+    replaces that key; the others stay), durably. A dialect keeps its own
+    facts about a topic under a key of its own (the Pravega controller's
+    stream configuration, for example). Answers TopicInfo."""
+    topic: str
+    attrs: dict
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteTopic:
     topic: str
 

@@ -20,6 +20,7 @@ import dataclasses
 import difflib
 import math
 import os
+import re
 import types
 from collections.abc import Mapping
 
@@ -29,10 +30,13 @@ from twisted.internet.endpoints import serverFromString
 __all__ = [
     "REQUIRED",
     "ConfigError",
+    "AccessConfig",
     "GatewayConfig",
     "GroupsConfig",
     "LimitsConfig",
     "ListenerConfig",
+    "ListenerLimits",
+    "MetricsConfig",
     "StorageConfig",
     "TopicsConfig",
     "check_keys",
@@ -330,6 +334,59 @@ class GroupsConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class AccessConfig:
+    """
+    What one listener's clients may do (a listener's ``access:``).
+
+    ``topics`` are shell-style patterns (``*``, ``?``, ``[...]``); a topic no
+    pattern matches does not exist for the listener.  ``auto_create`` lets
+    this listener's requests create topics implicitly, where
+    ``topics.auto_create`` allows it too.  A ``read-only`` listener reads and
+    commits consumer offsets but writes, creates and seals nothing.
+    """
+
+    mode: str = "read-write"
+    topics: tuple = ("*",)
+    auto_create: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "topics", tuple(self.topics))
+
+    @property
+    def read_only(self):
+        return self.mode == "read-only"
+
+    @property
+    def unrestricted(self):
+        """True when the rules refuse nothing (the default)."""
+        return not self.read_only and self.auto_create and "*" in self.topics
+
+
+@dataclasses.dataclass(frozen=True)
+class ListenerLimits:
+    """
+    Bounds on one listener's connections (a listener's ``limits:``).
+
+    None means "the dialect's own bound".  Limits only tighten: where a
+    dialect has an option or a built-in bound for the same thing (TANK's
+    ``max_frame_bytes``, Figg's ``max_buffered_bytes``, Kafka's 100 answers
+    in flight, ...), the smaller of the two applies.
+    """
+
+    max_connections: int | None = None
+    max_frame_bytes: int | None = None
+    max_in_flight: int | None = None
+    max_buffered_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsConfig:
+    """Where the metrics and the status page are served (``metrics:``); None: nowhere."""
+
+    endpoint: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class ListenerConfig:
     """
     One entry of ``listeners:``.
@@ -337,13 +394,18 @@ class ListenerConfig:
     ``dialect`` is the dialect's name, not the dialect object, so a config
     stays plain data.  ``options`` holds the dialect's own keys as its
     ``validate`` returned them; it is a read-only mapping so that a frozen
-    config is frozen all the way down.
+    config is frozen all the way down.  ``access`` and ``limits`` are the
+    keys every listener has, whatever its dialect, validated here and
+    applied by the listener's view of the bus and the shared protocol
+    classes, never by the dialect.
     """
 
     index: int
     dialect: str
     endpoint: str
     options: Mapping = dataclasses.field(default_factory=dict)
+    access: AccessConfig = dataclasses.field(default_factory=AccessConfig)
+    limits: ListenerLimits = dataclasses.field(default_factory=ListenerLimits)
 
     def __post_init__(self):
         object.__setattr__(self, "options", types.MappingProxyType(dict(self.options)))
@@ -352,6 +414,14 @@ class ListenerConfig:
     def path(self):
         """This listener's key path, for error messages raised after loading."""
         return f"listeners[{self.index}]"
+
+    @property
+    def identity(self):
+        """What makes two configs the same listener (a reload keeps it
+        running): its dialect, endpoint and the dialect's own options.
+        Position, access rules and limits may change under it."""
+        return (self.dialect, self.endpoint, tuple(sorted(
+            (key, repr(value)) for key, value in self.options.items())))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -369,14 +439,23 @@ class GatewayConfig:
     limits: LimitsConfig = dataclasses.field(default_factory=LimitsConfig)
     groups: GroupsConfig = dataclasses.field(default_factory=GroupsConfig)
     listeners: tuple = ()
+    metrics: MetricsConfig = dataclasses.field(default_factory=MetricsConfig)
     source: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "listeners", tuple(self.listeners))
 
 
-_SECTIONS = ("storage", "topics", "limits", "groups", "listeners")
+_SECTIONS = ("storage", "topics", "limits", "groups", "listeners", "metrics")
 _LISTENER_KEYS = ("dialect", "endpoint")
+#: keys every listener has, checked here rather than by its dialect
+_COMMON_LISTENER_KEYS = ("access", "limits")
+_LIMIT_KEYS = ("max_connections", "max_frame_bytes", "max_in_flight", "max_buffered_bytes")
+_ACCESS_MODES = ("read-only", "read-write")
+#: characters of a topic name, plus those of a shell-style pattern
+_PATTERN_CHARS = re.compile(r"[A-Za-z0-9._*?\[\]!-]+")
+#: Twisted ``ssl:`` endpoint arguments that name files
+_ENDPOINT_FILE_ARGS = ("privateKey", "certKey", "extraCertChain", "dhParameters")
 _FSYNC_MODES = ("always", "interval", "never")
 
 
@@ -423,12 +502,18 @@ def parse_config(data, base_dir, dialects, reactor=None):
     if not isinstance(data, Mapping):
         raise ConfigError("", f"the top level must be a mapping, got {_show(data)}")
     check_keys(data, _SECTIONS)
+    if reactor is None:
+        # Imported here, not at module level, so that importing this module
+        # never installs the default reactor behind the application's back.
+        from twisted.internet import reactor
+    listeners = _parse_listeners(data, dialects, reactor, base_dir)
     return GatewayConfig(
         storage=_section(data, "storage", _parse_storage, base_dir),
         topics=_section(data, "topics", _parse_topics),
         limits=_section(data, "limits", _parse_limits),
         groups=_section(data, "groups", _parse_groups),
-        listeners=_parse_listeners(data, dialects, reactor),
+        listeners=listeners,
+        metrics=_section(data, "metrics", _parse_metrics, listeners, reactor, base_dir),
     )
 
 
@@ -535,7 +620,86 @@ def _parse_groups(section):
     return GroupsConfig(low, high)
 
 
-def _parse_listeners(data, dialects, reactor):
+def _parse_metrics(section, listeners, reactor, base_dir):
+    """``metrics: {endpoint}``; the endpoint may not be one a listener uses."""
+    check_keys(section, ("endpoint",))
+    endpoint = opt_str(section, "endpoint", None)
+    if endpoint is None:
+        return MetricsConfig()
+    endpoint = _resolve_endpoint_files(endpoint, base_dir)
+    port = _endpoint_port(endpoint, reactor)
+    for listener in listeners:
+        if port != 0 and listener.endpoint == endpoint:
+            raise ConfigError("endpoint", f"{endpoint!r} is already used by {listener.path}")
+    return MetricsConfig(endpoint)
+
+
+def _parse_access(section):
+    """A listener's ``access: {mode, topics, auto_create}``."""
+    check_keys(section, ("mode", "topics", "auto_create"))
+    mode = opt_choice(section, "mode", AccessConfig.mode, _ACCESS_MODES)
+    topics = AccessConfig.topics
+    if "topics" in section:
+        patterns = section["topics"]
+        if not isinstance(patterns, list) or not patterns:
+            raise ConfigError("topics", f"must be a non-empty list of topic name patterns, "
+                                        f"got {_show(patterns)}")
+        for i, pattern in enumerate(patterns):
+            if not isinstance(pattern, str) or not _PATTERN_CHARS.fullmatch(pattern):
+                raise ConfigError(f"topics[{i}]", f"must be a topic name pattern (letters, "
+                                                  f"digits, '._-' and '*?[]!'), "
+                                                  f"got {_show(pattern)}")
+        topics = tuple(patterns)
+    auto_create = opt_bool(section, "auto_create", AccessConfig.auto_create)
+    return AccessConfig(mode, topics, auto_create)
+
+
+def _parse_listener_limits(section, supported):
+    """A listener's ``limits:``; ``supported`` are the keys its dialect honours."""
+    check_keys(section, _LIMIT_KEYS)
+    for key in section:
+        if key not in supported:
+            raise ConfigError(key, "not enforced by this dialect (supported: "
+                                   f"{', '.join(supported) or 'none'})")
+    return ListenerLimits(
+        max_connections=opt_int(section, "max_connections", None, minimum=1, nullable=True),
+        # A smaller frame could not carry a Pravega SetupAppend with a long name.
+        max_frame_bytes=opt_int(section, "max_frame_bytes", None, minimum=4096,
+                                maximum=(1 << 32) - 1, nullable=True),
+        max_in_flight=opt_int(section, "max_in_flight", None, minimum=1, nullable=True),
+        # Twice Twisted's own send buffer, which Figg's streaming writes count on.
+        max_buffered_bytes=opt_int(section, "max_buffered_bytes", None, minimum=131072,
+                                   nullable=True),
+    )
+
+
+def _split_endpoint(endpoint):
+    """Split an endpoint string at its unescaped colons, keeping escapes."""
+    return re.split(r"(?<!\\):", endpoint)
+
+
+def _resolve_endpoint_files(endpoint, base_dir):
+    """
+    Make the files an ``ssl:`` endpoint names relative to ``base_dir``.
+
+    Relative paths in the config are relative to its folder, the endpoint
+    strings included; Twisted would read them relative to the working
+    directory.  Other endpoint kinds name no files and are left alone.
+    """
+    parts = _split_endpoint(endpoint)
+    if parts[0] != "ssl" or base_dir is None:
+        return endpoint
+    for i, part in enumerate(parts):
+        key, sep, value = part.partition("=")
+        if sep and key in _ENDPOINT_FILE_ARGS and value:
+            path = value.replace("\\:", ":").replace("\\=", "=")
+            if not os.path.isabs(os.path.expanduser(path)):
+                path = os.path.join(base_dir, path)
+                parts[i] = key + "=" + path.replace(":", "\\:").replace("=", "\\=")
+    return ":".join(parts)
+
+
+def _parse_listeners(data, dialects, reactor, base_dir=None):
     """
     Parse ``listeners:``, each entry checked by its own dialect.
 
@@ -550,16 +714,12 @@ def _parse_listeners(data, dialects, reactor):
         raise ConfigError("listeners", f"must be a list of listeners, got {_show(entries)}")
     if not entries:
         raise ConfigError("listeners", "must list at least one listener")
-    if reactor is None:
-        # Imported here, not at module level, so that importing this module
-        # never installs the default reactor behind the application's back.
-        from twisted.internet import reactor
     listeners = []
     first_use = {}
     for index, entry in enumerate(entries):
         path = f"listeners[{index}]"
         try:
-            listener, port = _parse_listener(index, entry, dialects, reactor)
+            listener, port = _parse_listener(index, entry, dialects, reactor, base_dir)
         except ConfigError as err:
             raise err.within(path) from None
         if port != 0 and listener.endpoint in first_use:
@@ -569,15 +729,30 @@ def _parse_listeners(data, dialects, reactor):
             )
         first_use.setdefault(listener.endpoint, path)
         listeners.append(listener)
-    return tuple(listeners)
+    listeners = tuple(listeners)
+    for listener in listeners:
+        # A dialect whose listener depends on another one (the Pravega
+        # controller serves the scope of a Pravega listener) checks that here,
+        # with every listener known; its errors are relative to its listener.
+        check = getattr(dialects[listener.dialect], "check_listeners", None)
+        if check is not None:
+            try:
+                check(listener, listeners)
+            except ConfigError as err:
+                raise err.within(listener.path) from None
+    return listeners
 
 
-def _parse_listener(index, entry, dialects, reactor):
+def _parse_listener(index, entry, dialects, reactor, base_dir=None):
     """
     Parse one listener; return it with its port (None if it has no port).
 
     Errors are relative to the listener, like those of the dialect's own
-    ``validate``, which sees only its own keys.
+    ``validate``, which sees only its own keys: ``access`` and ``limits``
+    are checked here, once for every dialect.  A dialect that enforces only
+    some of the limits (one that serves through a server library of its own
+    rather than the shared protocol classes) says which in
+    ``listener_limits``; the others are errors on its listeners.
     """
     if not isinstance(entry, Mapping):
         raise ConfigError(
@@ -591,11 +766,17 @@ def _parse_listener(index, entry, dialects, reactor):
         guess = _hint(name, dialects)
         hint = f"; did you mean {guess!r}?" if guess is not None else ""
         raise ConfigError("dialect", f"unknown dialect {name!r} (known: {known}{hint})")
-    endpoint = opt_str(entry, "endpoint", REQUIRED)
+    endpoint = _resolve_endpoint_files(opt_str(entry, "endpoint", REQUIRED), base_dir)
     port = _endpoint_port(endpoint, reactor)
-    options = {key: value for key, value in entry.items() if key not in _LISTENER_KEYS}
-    validated = dialects[name].validate(dict(options))
-    return ListenerConfig(index, name, endpoint, options if validated is None else validated), port
+    dialect = dialects[name]
+    access = _section(entry, "access", _parse_access)
+    limits = _section(entry, "limits", _parse_listener_limits,
+                      tuple(getattr(dialect, "listener_limits", _LIMIT_KEYS)))
+    options = {key: value for key, value in entry.items()
+               if key not in _LISTENER_KEYS and key not in _COMMON_LISTENER_KEYS}
+    validated = dialect.validate(dict(options))
+    return ListenerConfig(index, name, endpoint, options if validated is None else validated,
+                          access, limits), port
 
 
 def _endpoint_port(endpoint, reactor):

@@ -20,6 +20,11 @@ class IDialect(Interface):
         ``endpoint``); return the normalised options. Raises
         ``gateway.config.ConfigError`` naming the offending key."""
 
+    # A dialect may also define ``check_listeners(listener, listeners)``: called
+    # once every listener is validated, with this dialect's ListenerConfig and
+    # all of them, for checks across listeners; it raises ConfigError relative
+    # to its listener (the loader adds ``listeners[i].``).
+
     def makeService(bus, listener):
         """Return the ``IService`` serving one listener. ``bus`` is the
         listener's view of the command bus; ``listener`` its ListenerConfig."""

@@ -12,7 +12,8 @@ class ListenerService(Service):
 
     ``whenListening()`` fires with the bound address once listening (a port
     0 listener learns its real port here), or fails if the endpoint could not
-    be bound. Stopping closes the port and then every open connection.
+    be bound. Stopping closes the port and then every open connection
+    (``stop_accepting`` closes only the port).
     """
 
     def __init__(self, listener, factory, reactor=None):
@@ -64,9 +65,14 @@ class ListenerService(Service):
             self._waiting.append(d)
         return d
 
+    def stop_accepting(self):
+        """Close the port (connections already open stay); the first step
+        of stopping, so that no client connects while the others finish."""
+        port, self.port = self.port, None
+        return defer.maybeDeferred(port.stopListening) if port is not None else defer.succeed(None)
+
     def stopService(self):
         super().stopService()
-        port, self.port = self.port, None
-        d = defer.maybeDeferred(port.stopListening) if port is not None else defer.succeed(None)
+        d = self.stop_accepting()
         d.addCallback(lambda _: self.factory.close_connections())
         return d

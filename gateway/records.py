@@ -135,6 +135,10 @@ def _split(payload, start, lengths):
 def decode_neutral(payload, batch):
     flags, n = _COUNT.unpack_from(payload, 0)
     pos = _COUNT.size
+    if n > (len(payload) - pos) // 4:
+        # Every record has at least its 4-byte value length: a larger count is
+        # damage, refused before struct allocates for it.
+        raise ValueError(f"neutral batch claims {n} records in {len(payload)} bytes")
     if flags & _HAS_TIMESTAMPS:
         timestamps = list(struct.unpack_from(f"<{n}q", payload, pos))
         pos += 8 * n

@@ -68,6 +68,9 @@ class Syncer:
         self.pool = None
         self.fsyncs = 0
         self.fsync_seconds = 0.0
+        #: callables given each fsync's duration in seconds (the gateway's
+        #: latency histogram); the store itself keeps only the totals
+        self.observers = []
         self.closed_deferred = None
         self.acknowledging = False
 
@@ -119,6 +122,8 @@ class Syncer:
         self.running = False
         self.fsyncs += 1
         self.fsync_seconds += seconds
+        for observe in self.observers:
+            observe(seconds)
         # Producers acknowledged here usually append again at once: hold the
         # next fsync until all of them have, so it covers them all.
         self.acknowledging = True

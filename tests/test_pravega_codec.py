@@ -112,6 +112,78 @@ GOLDEN = [
 ]
 
 
+# -- pravega-clients.md §3.5: byte streams, large events, table segments ------------------------
+
+WB = bytes.fromhex("4b96c0391b5465fdf2b2bad06e114779")     # byte writer <W>
+WX = bytes.fromhex("2e5297206999ef00ef80261b60ff7bd2")     # large-event writer <X>
+PARENT = "probe/large/0.#epoch.0"
+TRANSIENT = PARENT + "#transient.15d329112b4641b4a11a58446c7c11c0"
+RG1 = "probe/rg1_kvtable/0.#epoch.0"
+RGS = "probe/rgs_kvtable/0.#epoch.0"
+KEY1, KEY2 = b"v17assigned_segments/r1", b"s17assigned_segments"
+VALUE1, VALUE2 = bytes(range(49)), bytes(range(100, 121))
+
+
+def tk(key, version):
+    return struct.pack(">ii", len(key) + 12, len(key)) + key + struct.pack(">q", version)
+
+
+def tv(value):
+    return struct.pack(">ii", len(value) + 4, len(value)) + value
+
+
+ENTRIES = tk(KEY1, 810) + tv(VALUE1) + tk(KEY2, 1039) + tv(VALUE2)
+UPDATED = tk(KEY1, 1246) + tv(VALUE1) + tk(KEY2, 1247) + tv(VALUE2)
+
+# (command, frame) pairs of pravega-clients.md §3.5, each checked both ways
+GOLDEN_CLIENTS = [
+    (pc.ConditionalBlockEnd(WB, 1, 0, b"byte-stream-1 ", 4),
+     h("00 00 00 59 00 00 00 3a", WB, "00 x7 01 00 x8 00 00 00 0e", b"byte-stream-1 ",
+       "00 x7 04")),
+    (pc.DataAppended(WB, 1, pc.NO_EVENT_NUMBER, 4, 14),
+     h("00 00 00 07 00 00 00 30", WB, "00 x7 01 80 00 x7 00 x7 04 00 x7 0e")),
+    (pc.ConditionalBlockEnd(WB, 2, 14, b"byte-stream-2", 5),
+     h("00 00 00 59 00 00 00 39", WB, "00 x7 02 00 x7 0e 00 00 00 0d", b"byte-stream-2",
+       "00 x7 05")),
+    (pc.DataAppended(WB, 2, 1, 5, 27),
+     h("00 00 00 07 00 00 00 30", WB, "00 x7 02 00 x7 01 00 x7 05 00 x7 1b")),
+    (pc.CreateTransientSegment(3, WX, PARENT, ""),
+     h("00 00 00 28 00 00 00 32 00 x7 03", WX, s(PARENT), "00 00")),
+    (pc.SegmentCreated(3, TRANSIENT), h("00 00 00 15 00 00 00 4b 00 x7 03", s(TRANSIENT))),
+    (pc.SetupAppend(4, WX, TRANSIENT, ""),
+     h("00 00 00 01 00 00 00 5d 00 x7 04", WX, s(TRANSIENT), "00 00")),
+    (pc.AppendSetup(4, TRANSIENT, WX, pc.NO_EVENT_NUMBER),
+     h("00 00 00 02 00 00 00 63 00 x7 04", s(TRANSIENT), WX, "80 00 x7")),
+    (pc.DataAppended(WX, 0, pc.NO_EVENT_NUMBER, 5, 0x800000),
+     h("00 00 00 07 00 00 00 30", WX, "00 x8 80 00 x7 00 x7 05 00 00 00 00 00 80 00 00")),
+    (pc.DataAppended(WX, 1, 0, 6, 0x90000b),
+     h("00 00 00 07 00 00 00 30", WX, "00 x7 01 00 x8 00 x7 06 00 00 00 00 00 90 00 0b")),
+    (pc.MergeSegments(7, PARENT, TRANSIENT, ""),
+     h("00 00 00 3a 00 00 00 65 00 x7 07", s(PARENT), s(TRANSIENT), "00 00")),
+    (pc.SegmentsMerged(7, PARENT, TRANSIENT, 0x90001f),
+     h("00 00 00 3b 00 00 00 6b 00 x7 07", s(PARENT), s(TRANSIENT), "00 00 00 00 00 90 00 1f")),
+    (pc.SegmentCreated(1, RG1), h("00 00 00 15 00 00 00 26 00 x7 01", s(RG1))),
+    (pc.UpdateTableEntries(15, RGS, "", ((KEY1, 810, VALUE1), (KEY2, 1039, VALUE2)), -1),
+     h("00 00 00 4a 00 00 00 d5 00 x7 0f", s(RGS), "00 00 00 00 00 02", ENTRIES, "ff x8")),
+    (pc.TableEntriesUpdated(15, (1246, 1247)),
+     h("00 00 00 4b 00 00 00 1c 00 x7 0f 00 00 00 02 00 x6 04 de 00 x6 04 df")),
+    (pc.ReadTableEntriesDelta(16, RGS, "", 0x4a4, 10),
+     h("00 00 00 58 00 00 00 34 00 x7 10", s(RGS), "00 00 00 x6 04 a4 00 00 00 0a")),
+    (pc.TableEntriesDeltaRead(16, RGS, ((KEY1, 1246, VALUE1), (KEY2, 1247, VALUE2)), False,
+                              True, 0x4e0),
+     h("00 00 00 57 00 00 00 d5 00 x7 10", s(RGS), "00 00 00 02", UPDATED,
+       "00 01 00 x6 04 e0")),
+    (pc.TableEntriesDeltaRead(5, RG1, (), False, True, 0x335),
+     h("00 00 00 57 00 00 00 34 00 x7 05", s(RG1), "00 00 00 00 00 01 00 x6 03 35")),
+    (pc.TableKeyBadVersion(7, "probe/rg3_kvtable/0.#epoch.0", ""),
+     h("00 00 00 52 00 00 00 28 00 x7 07", s("probe/rg3_kvtable/0.#epoch.0"), "00 00")),
+    (pc.DeleteTableSegment(8, "misc/rgm_kvtable/0.#epoch.0", False, ""),
+     h("00 00 00 47 00 00 00 28 00 x7 08", s("misc/rgm_kvtable/0.#epoch.0"), "00 00 00")),
+    (pc.SegmentDeleted(8, "misc/rgm_kvtable/0.#epoch.0"),
+     h("00 00 00 1f 00 00 00 25 00 x7 08", s("misc/rgm_kvtable/0.#epoch.0"))),
+]
+
+
 def decode_frame(frame):
     code, length = pc.HEADER.unpack_from(frame)
     assert length == len(frame) - pc.HEADER_SIZE
@@ -223,6 +295,51 @@ def test_decode_error_names_what_the_frame_gave():
     assert (e.value.request_id, e.value.segment) == (5, SEG)
 
 
+@pytest.mark.parametrize("command,frame", GOLDEN_CLIENTS,
+                         ids=[type(c).__name__ for c, _ in GOLDEN_CLIENTS])
+def test_client_golden_vectors_encode_and_decode(command, frame):
+    assert pc.encode(command) == frame
+    assert decode_frame(frame) == command
+
+
+def test_chunk_frames_of_a_large_event():
+    """The first 8 MiB chunk of §3.5 (header only: its data is the framed
+    9 MiB + 3 B event's first bytes), and the size of a full chunk frame."""
+    data = struct.pack(">ii", 0, 0x900003) + b"L" * (0x800000 - 8)
+    frame = pc.encode(pc.ConditionalBlockEnd(WX, 0, 0, data, 5))
+    assert frame[:54] == h("00 00 00 59 00 80 00 2c", WX, "00 x8 00 x8 00 80 00 00 "
+                           "00 00 00 00 00 90 00 03 4c 4c")
+    assert len(frame) == 8388660 <= pc.MAX_FRAME_BYTES
+
+
+def test_rust_create_table_segment_omits_the_options():
+    frame = h("00 00 00 46 00 00 00 28 00 x7 01", s(RG1), "00 00")
+    assert decode_frame(frame) == pc.CreateTableSegment(1, RG1, "")
+
+
+def test_table_keys_and_entries_decoding_rules():
+    body = struct.pack(">q", 3) + bytes.fromhex(s(RG1)) + bytes.fromhex(s(""))
+    # ReadTable of two keys; a key's leading length bounds it (extra bytes skipped)
+    keys = tk(b"a", 1) + struct.pack(">ii", 1 + 12 + 2, 1) + b"b" + struct.pack(">q", -1) + b"zz"
+    assert pc.decode(pc.READ_TABLE, body + struct.pack(">i", 2) + keys) == pc.ReadTable(
+        3, RG1, "", ((b"a", 1), (b"b", -1)))
+    # an empty key is a protocol error, as is a count the frame cannot hold
+    for bad in (struct.pack(">i", 1) + tk(b"", 1),
+                struct.pack(">i", 1 << 30) + tk(b"a", 1),
+                struct.pack(">i", 1) + tk(b"a", 1)[:-1]):
+        with pytest.raises(pc.DecodeError):
+            pc.decode(pc.READ_TABLE, body + bad)
+    # UpdateTableEntries without its optional offset: unconditional (-1)
+    assert pc.decode(pc.UPDATE_TABLE_ENTRIES, body + struct.pack(">i", 1) + tk(b"k", -1)
+                     + tv(b"v")) == pc.UpdateTableEntries(3, RG1, "", ((b"k", -1, b"v"),), -1)
+    # ReadTableKeys: the token is optional and Java's trailing buffers are ignored
+    assert pc.decode(pc.READ_TABLE_KEYS, body + struct.pack(">i", 10)) == pc.ReadTableKeys(
+        3, RG1, "", 10, b"")
+    assert pc.decode(pc.READ_TABLE_ENTRIES, body + struct.pack(">ii", 10, 8) + b"\0" * 7 + b"\1"
+                     + struct.pack(">iii", 0, 0, 0)) == pc.ReadTableEntries(
+        3, RG1, "", 10, b"\0" * 7 + b"\1")
+
+
 def test_negative_data_length_is_a_decode_error():
     body = W + struct.pack(">ii", 0, -1) + struct.pack(">iqq", 1, 1, 1)
     with pytest.raises(pc.DecodeError):
@@ -238,6 +355,9 @@ def test_unknown_and_admin_codes_are_decode_errors(code):
 def test_unsupported_operations_read_only_the_request_id():
     assert pc.decode(38, struct.pack(">q", 9) + b"whatever") == pc.Unsupported(38, 9)
     assert pc.Unsupported(38, 9).operation == "truncateSegment"
+    # what pravega-clients.md §3.1 leaves unsupported
+    for code in (68, 69, 72, 73, 90, 91):
+        assert pc.decode(code, struct.pack(">q", 9)) == pc.Unsupported(code, 9)
     with pytest.raises(pc.DecodeError):
         pc.decode(38, b"\x00" * 7)
 

@@ -30,6 +30,13 @@ _VALUES = {
     "S": st.text(max_size=20),
     "D": st.binary(max_size=64),
     "R": st.binary(max_size=64),
+    # table entries and keys (pravega-clients.md §3.1): keys are never empty
+    "E": st.lists(st.tuples(st.binary(min_size=1, max_size=16),
+                            st.integers(-(1 << 63), (1 << 63) - 1),
+                            st.binary(max_size=16)), max_size=4).map(tuple),
+    "K": st.lists(st.tuples(st.binary(min_size=1, max_size=16),
+                            st.integers(-(1 << 63), (1 << 63) - 1)), max_size=4).map(tuple),
+    "V": st.lists(st.integers(-(1 << 63), (1 << 63) - 1), max_size=4).map(tuple),
 }
 _KIND_OF = {read: kind for kind, (read, _) in pc._KINDS.items()}
 

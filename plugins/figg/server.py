@@ -503,15 +503,26 @@ def _show(topic):
 
 
 class FiggFactory(DialectFactory):
+    """The listener's ``limits`` tighten the Figg options of the same
+    meaning: ``max_in_flight`` bounds unacknowledged PUBLISHes like
+    ``max_unacked``, and ``max_buffered_bytes`` the DATA held for a stalled
+    subscriber like the option of that name."""
+
     protocol = FiggProtocol
 
-    def __init__(self, bus, listener):
-        super().__init__(bus, listener)
+    def configure(self, listener):
+        super().configure(listener)
         options = listener.options
         self.max_payload_bytes = options.get("max_payload_bytes",
                                              fc.DEFAULT_MAX_PAYLOAD_BYTES)
-        self.max_unacked = options.get("max_unacked", DEFAULT_MAX_UNACKED)
+        self.max_unacked = self.in_flight_limit(options.get("max_unacked", DEFAULT_MAX_UNACKED))
         buffered = options.get("max_buffered_bytes", DEFAULT_MAX_BUFFERED_BYTES)
+        if listener.limits.max_buffered_bytes is not None:
+            buffered = min(buffered, listener.limits.max_buffered_bytes)
         #: DATA bytes per write: with the transport's own buffer, the bound
         self.write_chunk = buffered - TRANSPORT_BUFFER_BYTES
         self.read_chunk = min(self.write_chunk, MAX_READ_BYTES)
+
+    def send_buffer_bytes(self):
+        """Twisted's default: the DATA bound above counts on it."""
+        return None

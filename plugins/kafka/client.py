@@ -1,9 +1,10 @@
 """A blocking Kafka 0.8.2 client built on ``plugins.kafka.codec``.
 
-Made for processes that cannot run a reactor: Spark executors (DESIGN's
-data source plans with ``metadata`` and ``list_offset``, reads with
-``fetch`` / ``read``, writes with ``produce``), scripts, benchmarks and
-tests that need a second, independent encoder. It speaks to one broker
+Made for processes that cannot run a reactor: Spark executors (the data
+source in ``pipeline/`` plans with ``metadata`` and ``list_offset``, reads
+with ``fetch_sets`` at Fetch v2, whose magic-1 messages carry timestamps,
+and writes with ``produce_encoded``), scripts, benchmarks and tests that
+need a second, independent encoder. It speaks to one broker
 address (the gateway advertises itself as the only broker) over one
 socket, one request at a time, with plain ``socket`` calls and a timeout
 on each.
@@ -175,43 +176,60 @@ class KafkaClient:
 
     # -- reading ------------------------------------------------------------------------------
 
-    def fetch_many(self, wanted, max_wait_ms=0, min_bytes=0, version=0):
-        """Fetch several partitions at once: ``wanted`` is ``[(topic,
-        partition, offset, max_bytes)]``; returns ``{(topic, partition):
-        FetchResult}``. A partition's error raises KafkaError."""
+    def fetch_sets(self, wanted, max_wait_ms=0, min_bytes=0, version=0):
+        """Fetch several partitions at once, without decoding: ``wanted`` is
+        ``[(topic, partition, offset, max_bytes)]``; returns ``{(topic,
+        partition): (high_watermark, message_set)}`` with the message set's
+        bytes as answered, for callers that decode into a shape of their
+        own (the Spark data source builds Arrow columns). ``version`` 2 asks
+        for magic-1 messages, which carry timestamps. A partition's error
+        raises KafkaError."""
         topics = {}
         for topic, partition, offset, max_bytes in wanted:
             topics.setdefault(topic, []).append((partition, offset, max_bytes))
         body = self._read_request(kc.FETCH, version, kc.FetchRequest(
             -1, max_wait_ms, min_bytes,
             tuple((name, tuple(parts)) for name, parts in topics.items())), max_wait_ms)
-        starts = {(t, p): o for t, p, o, _ in wanted}
         results = {}
         for name, partitions in body.topics:
             for partition, error, high_watermark, data in partitions:
                 if error:
                     raise KafkaError(error, f"{name}/{partition}")
-                start = starts[(name, partition)]
-                try:
-                    messages = kc.decode_message_set(data)
-                except kc.CorruptMessage as e:
-                    raise KafkaError(kc.CORRUPT_MESSAGE, f"{name}/{partition}: {e}") from None
-                results[(name, partition)] = FetchResult(
-                    high_watermark, [m for m in messages if m.offset >= start])
+                results[(name, partition)] = (high_watermark, data)
         return results
 
-    def fetch(self, topic, partition, offset, max_bytes=1048576, max_wait_ms=0, min_bytes=0):
-        """One partition's messages from ``offset``: a ``FetchResult``."""
-        return self.fetch_many([(topic, partition, offset, max_bytes)], max_wait_ms,
-                               min_bytes)[(topic, partition)]
+    def fetch_many(self, wanted, max_wait_ms=0, min_bytes=0, version=0):
+        """Fetch several partitions at once: ``wanted`` is ``[(topic,
+        partition, offset, max_bytes)]``; returns ``{(topic, partition):
+        FetchResult}``. A partition's error raises KafkaError."""
+        starts = {(t, p): o for t, p, o, _ in wanted}
+        results = {}
+        for (name, partition), (high_watermark, data) in self.fetch_sets(
+                wanted, max_wait_ms, min_bytes, version).items():
+            try:
+                messages = kc.decode_message_set(data)
+            except kc.CorruptMessage as e:
+                raise KafkaError(kc.CORRUPT_MESSAGE, f"{name}/{partition}: {e}") from None
+            start = starts[(name, partition)]
+            results[(name, partition)] = FetchResult(
+                high_watermark, [m for m in messages if m.offset >= start])
+        return results
 
-    def read(self, topic, partition, start, stop=None, max_bytes=1048576):
+    def fetch(self, topic, partition, offset, max_bytes=1048576, max_wait_ms=0, min_bytes=0,
+              version=0):
+        """One partition's messages from ``offset``: a ``FetchResult``
+        (``version`` 2: with timestamps)."""
+        return self.fetch_many([(topic, partition, offset, max_bytes)], max_wait_ms,
+                               min_bytes, version)[(topic, partition)]
+
+    def read(self, topic, partition, start, stop=None, max_bytes=1048576, version=0):
         """Yield the messages at offsets ``start`` .. ``stop`` - 1 (``stop``
         None: up to the high watermark seen by the first fetch), fetching
-        as it goes. This is what a reader of a planned offset range needs."""
+        as it goes (``version`` 2: with timestamps). This is what a reader
+        of a planned offset range needs."""
         offset = start
         while stop is None or offset < stop:
-            result = self.fetch(topic, partition, offset, max_bytes)
+            result = self.fetch(topic, partition, offset, max_bytes, version=version)
             if stop is None:
                 stop = result.high_watermark
             for message in result.messages:

@@ -19,10 +19,10 @@ a set of plain magic-0 messages — what 0.8 clients send, and what every
 compressed magic-0 wrapper holds inside — is stored as it is, under
 ``KAFKA_MESSAGE_SET``, so a Kafka fetch only rewrites each entry's 8-byte
 offset (the CRC does not cover it). Magic-1 messages carry per-record
-timestamps that magic 0 cannot hold, and the gateway serves magic 0 only
+timestamps that magic 0 cannot hold, and Fetch v0 and v1 answer magic 0
 (§1), so they are stored as columns in the neutral format, like any other
 dialect's records. ``message_set_for`` builds a fetch answer from stored
-batches of any format.
+batches of any format: magic 0, or magic 1 with timestamps for Fetch v2.
 """
 import gzip
 import struct
@@ -52,8 +52,16 @@ DESCRIBE_GROUPS = 15
 LIST_GROUPS = 16
 API_VERSIONS = 18
 
-#: api key -> (min version, max version) the gateway speaks (§2.1); ApiVersions
-#: answers every version > 0 too, with a v0 body and UNSUPPORTED_VERSION
+#: api key -> (min version, max version) the gateway advertises (§2.1); ApiVersions
+#: answers every version > 0 too, with a v0 body and UNSUPPORTED_VERSION. One
+#: more version is answered without being advertised: Fetch v2 (Kafka
+#: 0.10's), whose answers carry magic-1 messages with timestamps. The Spark
+#: data source asks for it by name, since "keys and timestamps survive"
+#: (DESIGN) and magic 0 has no timestamp. It stays out of ApiVersions because
+#: the negotiating clients would then move to it (librdkafka fetches with the
+#: highest version offered) and away from the Fetch v1 / magic-0 behaviour the
+#: interop checklist pins; a client pinned to 0.10 without probing gets
+#: answers instead of a closed connection.
 SUPPORTED = {
     PRODUCE: (0, 1), FETCH: (0, 1), LIST_OFFSETS: (0, 0), METADATA: (0, 0),
     OFFSET_COMMIT: (0, 2), OFFSET_FETCH: (0, 1), GROUP_COORDINATOR: (0, 0),
@@ -321,6 +329,7 @@ REQUESTS = {
     (PRODUCE, 1): (ProduceRequest, _PRODUCE_REQ),
     (FETCH, 0): (FetchRequest, _FETCH_REQ),
     (FETCH, 1): (FetchRequest, _FETCH_REQ),
+    (FETCH, 2): (FetchRequest, _FETCH_REQ),
     (LIST_OFFSETS, 0): (ListOffsetsRequest, [
         ("replica_id", INT32), ("topics", ARRAY(STRING, ARRAY(INT32, INT64, INT32)))]),
     (METADATA, 0): (MetadataRequest, [("topics", ARRAY(STRING))]),
@@ -360,6 +369,7 @@ RESPONSES = {
     (PRODUCE, 1): (ProduceResponse, [_PRODUCE_RESP, ("throttle_time_ms", INT32)]),
     (FETCH, 0): (FetchResponse, [_FETCH_RESP]),
     (FETCH, 1): (FetchResponse, [("throttle_time_ms", INT32), _FETCH_RESP]),
+    (FETCH, 2): (FetchResponse, [("throttle_time_ms", INT32), _FETCH_RESP]),
     (LIST_OFFSETS, 0): (ListOffsetsResponse, [
         ("topics", ARRAY(STRING, ARRAY(INT32, INT16, ARRAY(INT64))))]),
     (METADATA, 0): (MetadataResponse, [
@@ -898,6 +908,41 @@ def _serve_stored(payload, base, start, room, first):
     return (buf[begin:] if begin else buf), False
 
 
+def _serve_stored_magic1(payload, base, start, room, first, timestamp):
+    """``_serve_stored`` for a Fetch v2 answer: each stored magic-0 entry
+    becomes a magic-1 entry carrying ``timestamp`` (the batch's receive
+    time, which is every record's: magic 0 has none of its own). Only the
+    head changes; the key and value bytes follow as stored, under a CRC
+    continued from the new head's."""
+    lead = b"\x01\x00" + _I64.pack(timestamp)
+    lead_crc = zlib.crc32(lead)
+    length = _I32.unpack_from
+    head = _ENTRY_HEAD.pack
+    crc32 = zlib.crc32
+    end = len(payload)
+    pos = 0
+    offset = base
+    while offset < start and pos < end:
+        pos += 12 + length(payload, pos + 8)[0]
+        offset += 1
+    parts = []
+    append = parts.append
+    used = 0
+    while pos < end:
+        size = length(payload, pos + 8)[0]
+        stop = pos + 12 + size
+        if used + size + 20 > room and not (first and not parts):
+            return b"".join(parts), True
+        tail = payload[pos + 18:stop]
+        append(head(offset, size + 8, crc32(tail, lead_crc)))
+        append(lead)
+        append(tail)
+        used += size + 20
+        offset += 1
+        pos = stop
+    return b"".join(parts), False
+
+
 def _encode_records(records, room, first):
     """Magic-0 entries for decoded records (another format), whole ones
     while they fit in ``room``; returns ``(data, full)``. The CRC is
@@ -926,12 +971,44 @@ def _encode_records(records, room, first):
     return b"".join(parts), False
 
 
-def message_set_for(batches, start, max_bytes, decode):
+def _encode_records_magic1(records, room, first):
+    """``_encode_records`` for a Fetch v2 answer: magic-1 entries carrying
+    each record's timestamp (CreateTime, attributes 0)."""
+    parts = []
+    used = 0
+    crc32 = zlib.crc32
+    head = _ENTRY_HEAD.pack
+    i32 = _I32.pack
+    i64 = _I64.pack
+    offset = records.base_offset
+    keys = records.keys
+    timestamps = records.timestamps
+    for i, value in enumerate(records.values):
+        key = keys[i] if keys is not None else None
+        if key is None:
+            prefix = b"\x01\x00" + i64(timestamps[i]) + b"\xff\xff\xff\xff" + i32(len(value))
+        else:
+            prefix = b"\x01\x00" + i64(timestamps[i]) + i32(len(key)) + key + i32(len(value))
+        size = len(prefix) + len(value) + 4
+        if used + size + 12 > room and not (first and not parts):
+            return b"".join(parts), True
+        parts.append(head(offset + i, size, crc32(value, crc32(prefix))))
+        parts.append(prefix)
+        parts.append(value)
+        used += size + 12
+    return b"".join(parts), False
+
+
+def message_set_for(batches, start, max_bytes, decode, magic=0):
     """The message set a fetch from offset ``start`` answers: uncompressed
-    magic-0 entries with absolute offsets, whole messages only, at most
+    entries with absolute offsets, whole messages only, at most
     ``max_bytes`` of them except that the first message is always whole
     (§1: a client that gets a fragment cannot move on). ``decode`` turns a
-    stored batch of another format into ``Records`` (the bus's registry)."""
+    stored batch of another format into ``Records`` (the bus's registry).
+
+    ``magic`` 0 (Fetch v0 and v1) serves stored Kafka sets as they are;
+    ``magic`` 1 (Fetch v2) encodes every record with its timestamp, the
+    receive time for records that had none."""
     if max_bytes <= 0:
         return b""
     parts = []
@@ -939,9 +1016,15 @@ def message_set_for(batches, start, max_bytes, decode):
     for batch in batches:
         if batch.base_offset + batch.count <= start:
             continue
-        if batch.format == KAFKA_MESSAGE_SET:
+        if batch.format == KAFKA_MESSAGE_SET and magic:
+            data, full = _serve_stored_magic1(batch.payload, batch.base_offset, start,
+                                              max_bytes - used, not parts, batch.first_ts)
+        elif batch.format == KAFKA_MESSAGE_SET:
             data, full = _serve_stored(batch.payload, batch.base_offset, start,
                                        max_bytes - used, not parts)
+        elif magic:
+            data, full = _encode_records_magic1(decode(batch).since(start), max_bytes - used,
+                                                not parts)
         else:
             data, full = _encode_records(decode(batch).since(start), max_bytes - used,
                                          not parts)

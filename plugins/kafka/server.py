@@ -107,7 +107,7 @@ class KafkaProtocol(TrackedConnection, FramedProtocol):
         factory = self.factory
         self.bus = factory.bus
         self.max_frame_bytes = factory.max_frame_bytes
-        self.replies = OrderedReplies(self.transport, MAX_PENDING)
+        self.replies = OrderedReplies(self.transport, factory.in_flight_limit(MAX_PENDING))
         self.peer_host = getattr(self.transport.getPeer(), "host", "")
         self.closing = False
 
@@ -271,7 +271,8 @@ class KafkaProtocol(TrackedConnection, FramedProtocol):
                 parts.append((part.partition, kc.OFFSET_OUT_OF_RANGE, -1, b""))
             else:
                 parts.append((part.partition, kc.NONE, part.high_watermark, kc.message_set_for(
-                    part.batches, part.offset, want.max_bytes, self.bus.decode)))
+                    part.batches, part.offset, want.max_bytes, self.bus.decode,
+                    magic=1 if request.api_version >= 2 else 0)))
         topics = []
         at = 0
         for name, partitions in body.topics:

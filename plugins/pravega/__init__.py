@@ -1,5 +1,8 @@
 """The Pravega dialect: the segment store's WireCommands (wire version 17)
-for event appends and reads (shared/protocols/pravega.md).
+for event appends and reads (shared/protocols/pravega.md), byte streams,
+large events through transient segments and table segments for reader-group
+state (shared/protocols/pravega-clients.md §3). Clients find it through the
+``pravega-controller`` dialect.
 
 Listener options:
 
@@ -11,7 +14,9 @@ Listener options:
   before it is answered empty with ``atTail``.
 - ``max_frame_bytes`` (default and maximum 16,777,215, the wire's limit):
   the largest frame, header included; a larger one is answered with
-  ErrorMessage and closes the connection before its body is read.
+  ErrorMessage and closes the connection before its body is read. The real
+  clients send frames of up to 8,388,660 bytes (a full 8 MiB chunk of a
+  large event), so a lower limit is for tests and special setups only.
 
 Appended events are stored as the client framed them, under the
 ``PRAVEGA_EVENTS`` format: that payload is the segment's byte view, so reads

@@ -66,6 +66,7 @@ SEAL_SEGMENT = 28
 SEGMENT_SEALED = 29
 DELETE_SEGMENT = 30
 SEGMENT_DELETED = 31
+TRUNCATE_SEGMENT = 38
 CREATE_TRANSIENT_SEGMENT = 40
 SEGMENT_IS_SEALED = 51
 SEGMENT_ALREADY_EXISTS = 52
@@ -73,35 +74,53 @@ NO_SUCH_SEGMENT = 53
 INVALID_EVENT_NUMBER = 55
 SEGMENT_IS_TRUNCATED = 56
 OPERATION_UNSUPPORTED = 57
+MERGE_SEGMENTS = 58
+SEGMENTS_MERGED = 59
 AUTH_TOKEN_CHECK_FAILED = 60
 ERROR_MESSAGE = 61
+CREATE_TABLE_SEGMENT = 70
+DELETE_TABLE_SEGMENT = 71
+UPDATE_TABLE_ENTRIES = 74
+TABLE_ENTRIES_UPDATED = 75
+REMOVE_TABLE_KEYS = 76
+TABLE_KEYS_REMOVED = 77
+READ_TABLE = 78
+TABLE_READ = 79
+TABLE_SEGMENT_NOT_EMPTY = 80
+TABLE_KEY_DOES_NOT_EXIST = 81
+TABLE_KEY_BAD_VERSION = 82
+READ_TABLE_KEYS = 83
+TABLE_KEYS_READ = 84
+READ_TABLE_ENTRIES = 85
+TABLE_ENTRIES_READ = 86
+TABLE_ENTRIES_DELTA_READ = 87
+READ_TABLE_ENTRIES_DELTA = 88
 CONDITIONAL_BLOCK_END = 89
 KEEP_ALIVE = 100
+
+#: a table key's version meaning "whatever the key's version" (Long.MIN)
+KEY_NO_VERSION = NO_EVENT_NUMBER
+#: a table key's version meaning "the key must not exist" (and a missing
+#: key's version in a TableRead)
+KEY_NOT_EXISTS = -1
 
 #: ErrorMessage / AuthTokenCheckFailed error codes
 ERROR_UNSPECIFIED = -1
 AUTH_CHECK_FAILED = 0
 
-#: Requests the gateway answers with OperationUnsupported (§4): each begins
-#: with ``int64 requestId``, the only field read. The names are the Java
-#: client's operation names, which it puts in its exception message.
+#: Requests the gateway answers with OperationUnsupported (§4 and
+#: pravega-clients.md §3.1): each begins with ``int64 requestId``, the only
+#: field read. The names are the Java client's operation names, which it puts
+#: in its exception message.
 UNSUPPORTED_OPERATIONS = {
     32: "updateSegmentPolicy", 33: "segmentPolicyUpdated",
     34: "getSegmentAttribute", 35: "segmentAttribute",
     36: "updateSegmentAttribute", 37: "segmentAttributeUpdated",
     38: "truncateSegment", 39: "segmentTruncated",
     41: "locateOffset", 42: "offsetLocated",
-    58: "mergeSegments", 59: "segmentsMerged",
     90: "mergeSegmentsBatch", 91: "segmentsBatchMerged",
     68: "getTableSegmentInfo", 69: "tableSegmentInfo",
-    70: "createTableSegment", 71: "deleteTableSegment",
-    74: "updateTableEntries", 75: "tableEntriesUpdated",
-    76: "removeTableKeys", 77: "tableKeysRemoved",
-    78: "readTable", 79: "tableRead",
-    80: "tableSegmentNotEmpty", 81: "tableKeyDoesNotExist", 82: "tableKeyBadVersion",
-    83: "readTableKeys", 84: "tableKeysRead",
-    85: "readTableEntries", 86: "tableEntriesRead",
-    87: "tableEntriesDeltaRead", 88: "readTableEntriesDelta",
+    72: "mergeTableSegments", 73: "sealTableSegment",
 }
 
 
@@ -127,6 +146,10 @@ _U16 = struct.Struct(">H")
 
 class _Truncated(Exception):
     """A field runs past the end of its frame."""
+
+
+class _BadTable(Exception):
+    """A table key no client sends (an empty one)."""
 
 
 def _read_long(buf, pos, end):
@@ -185,6 +208,89 @@ def _read_rest(buf, pos, end):
     return bytes(buf[pos:end]), end
 
 
+def _read_key(buf, pos, end):
+    """A table key (pravega-clients.md §3.1 ``TK``): ``I 4+keyLen+8, I keyLen,
+    D[keyLen], L version``. The leading length bounds the key's fields; a
+    key whose version is absent (Java omits it for an empty key) or empty
+    is refused: no client sends an empty key for reader-group state."""
+    total, pos = _read_int(buf, pos, end)
+    stop = pos + total
+    if total < 4 or stop > end:
+        raise _Truncated
+    key, inner = _read_data(buf, pos, stop)
+    if not key:
+        raise _BadTable("empty table key")
+    version, _ = _read_long(buf, inner, stop)
+    return (key, version), stop
+
+
+def _read_value(buf, pos, end):
+    """A table value (``TV``): ``I 4+valLen, I valLen, D[valLen]``."""
+    total, pos = _read_int(buf, pos, end)
+    stop = pos + total
+    if total < 4 or stop > end:
+        raise _Truncated
+    value, _ = _read_data(buf, pos, stop)
+    return value, stop
+
+
+def _read_count(buf, pos, end, smallest):
+    """A list's ``I count``, checked against the bytes left (each item takes
+    at least ``smallest``), so a forged count never allocates."""
+    count, pos = _read_int(buf, pos, end)
+    if count < 0 or count * smallest > end - pos:
+        raise _Truncated
+    return count, pos
+
+
+def _read_entries(buf, pos, end):
+    """``TE``: ``I count, count x (TK, TV)`` as ``((key, version, value), ...)``."""
+    count, pos = _read_count(buf, pos, end, 25)
+    entries = []
+    for _ in range(count):
+        (key, version), pos = _read_key(buf, pos, end)
+        value, pos = _read_value(buf, pos, end)
+        entries.append((key, version, value))
+    return tuple(entries), pos
+
+
+def _read_keys(buf, pos, end):
+    """``KL``: ``I count, count x TK`` as ``((key, version), ...)``."""
+    count, pos = _read_count(buf, pos, end, 17)
+    keys = []
+    for _ in range(count):
+        key, pos = _read_key(buf, pos, end)
+        keys.append(key)
+    return tuple(keys), pos
+
+
+def _read_longs(buf, pos, end):
+    """``I count, count x L`` (TableEntriesUpdated's versions)."""
+    count, pos = _read_count(buf, pos, end, 8)
+    values = struct.unpack_from(f">{count}q", buf, pos)
+    return tuple(values), pos + 8 * count
+
+
+def _write_key(key, version):
+    return _INT.pack(len(key) + 12) + _INT.pack(len(key)) + key + _LONG.pack(version)
+
+
+def _write_entries(entries):
+    parts = [_INT.pack(len(entries))]
+    for key, version, value in entries:
+        parts += [_write_key(key, version), _INT.pack(len(value) + 4), _INT.pack(len(value)),
+                  value]
+    return b"".join(parts)
+
+
+def _write_keys(keys):
+    return _INT.pack(len(keys)) + b"".join([_write_key(k, v) for k, v in keys])
+
+
+def _write_longs(values):
+    return _INT.pack(len(values)) + struct.pack(f">{len(values)}q", *values)
+
+
 def _write_string(text):
     data = text.encode("utf-8", "surrogateescape")
     if len(data) > 0xFFFF:
@@ -207,6 +313,9 @@ _KINDS = {
     "S": (_read_string, _write_string),
     "D": (_read_data, lambda v: _INT.pack(len(v)) + v),
     "R": (_read_rest, bytes),
+    "E": (_read_entries, _write_entries),
+    "K": (_read_keys, _write_keys),
+    "V": (_read_longs, _write_longs),
 }
 
 #: type code -> command class, filled by ``_command``
@@ -262,6 +371,9 @@ def decode(code, body):
                 break       # a partial optional field is absent, like in Java
             raise DecodeError(f"{cls.__name__}: field {name} runs past the end of the frame",
                               values.get("request_id", -1), values.get("segment", "")) from None
+        except _BadTable as e:
+            raise DecodeError(f"{cls.__name__}: {e}", values.get("request_id", -1),
+                              values.get("segment", "")) from None
     return cls(**values)
 
 
@@ -547,6 +659,186 @@ class ConditionalBlockEnd:
     request_id: int
 
 
+@_command(MERGE_SEGMENTS, "LSSS", optional_from=3)
+@dataclass(frozen=True, slots=True)
+class MergeSegments:
+    """Java may append attribute updates after the token: ignored."""
+    request_id: int
+    target: str
+    source: str
+    token: str = ""
+
+
+@_command(SEGMENTS_MERGED, "LSSL")
+@dataclass(frozen=True, slots=True)
+class SegmentsMerged:
+    request_id: int
+    target: str
+    source: str
+    new_target_write_offset: int
+
+
+# -- table segments (pravega-clients.md §3.1) ----------------------------------------------
+# Entries are ``((key, version, value), ...)`` and key lists ``((key, version), ...)``.
+
+@_command(CREATE_TABLE_SEGMENT, "LSSBIL", optional_from=2)
+@dataclass(frozen=True, slots=True)
+class CreateTableSegment:
+    """The trailing options (Java's) are read and ignored."""
+    request_id: int
+    segment: str
+    token: str = ""
+    sorted_deprecated: bool = False
+    key_length: int = 0
+    rollover_size_bytes: int = 0
+
+
+@_command(DELETE_TABLE_SEGMENT, "LSBS", optional_from=3)
+@dataclass(frozen=True, slots=True)
+class DeleteTableSegment:
+    request_id: int
+    segment: str
+    must_be_empty: bool
+    token: str = ""
+
+
+@_command(UPDATE_TABLE_ENTRIES, "LSSEL", optional_from=4)
+@dataclass(frozen=True, slots=True)
+class UpdateTableEntries:
+    """``table_segment_offset`` < 0: unconditional."""
+    request_id: int
+    segment: str
+    token: str
+    entries: tuple
+    table_segment_offset: int = -1
+
+
+@_command(TABLE_ENTRIES_UPDATED, "LV")
+@dataclass(frozen=True, slots=True)
+class TableEntriesUpdated:
+    request_id: int
+    updated_versions: tuple
+
+
+@_command(REMOVE_TABLE_KEYS, "LSSKL", optional_from=4)
+@dataclass(frozen=True, slots=True)
+class RemoveTableKeys:
+    request_id: int
+    segment: str
+    token: str
+    keys: tuple
+    table_segment_offset: int = -1
+
+
+@_command(TABLE_KEYS_REMOVED, "LS")
+@dataclass(frozen=True, slots=True)
+class TableKeysRemoved:
+    request_id: int
+    segment: str
+
+
+@_command(READ_TABLE, "LSSK")
+@dataclass(frozen=True, slots=True)
+class ReadTable:
+    request_id: int
+    segment: str
+    token: str
+    keys: tuple
+
+
+@_command(TABLE_READ, "LSE")
+@dataclass(frozen=True, slots=True)
+class TableRead:
+    request_id: int
+    segment: str
+    entries: tuple
+
+
+@_command(TABLE_SEGMENT_NOT_EMPTY, "LSS", optional_from=2)
+@dataclass(frozen=True, slots=True)
+class TableSegmentNotEmpty:
+    request_id: int
+    segment: str
+    stack_trace: str = ""
+
+
+@_command(TABLE_KEY_DOES_NOT_EXIST, "LSS", optional_from=2)
+@dataclass(frozen=True, slots=True)
+class TableKeyDoesNotExist:
+    request_id: int
+    segment: str
+    stack_trace: str = ""
+
+
+@_command(TABLE_KEY_BAD_VERSION, "LSS", optional_from=2)
+@dataclass(frozen=True, slots=True)
+class TableKeyBadVersion:
+    request_id: int
+    segment: str
+    stack_trace: str = ""
+
+
+@_command(READ_TABLE_KEYS, "LSSID", optional_from=4)
+@dataclass(frozen=True, slots=True)
+class ReadTableKeys:
+    """``continuation_token``: empty = from the start, else the 8-byte
+    position to go on from. Java appends three more buffers: ignored."""
+    request_id: int
+    segment: str
+    token: str
+    suggested_key_count: int
+    continuation_token: bytes = b""
+
+
+@_command(TABLE_KEYS_READ, "LSKD")
+@dataclass(frozen=True, slots=True)
+class TableKeysRead:
+    request_id: int
+    segment: str
+    keys: tuple
+    continuation_token: bytes
+
+
+@_command(READ_TABLE_ENTRIES, "LSSID", optional_from=4)
+@dataclass(frozen=True, slots=True)
+class ReadTableEntries:
+    request_id: int
+    segment: str
+    token: str
+    suggested_entry_count: int
+    continuation_token: bytes = b""
+
+
+@_command(TABLE_ENTRIES_READ, "LSED")
+@dataclass(frozen=True, slots=True)
+class TableEntriesRead:
+    request_id: int
+    segment: str
+    entries: tuple
+    continuation_token: bytes
+
+
+@_command(TABLE_ENTRIES_DELTA_READ, "LSEBBL")
+@dataclass(frozen=True, slots=True)
+class TableEntriesDeltaRead:
+    request_id: int
+    segment: str
+    entries: tuple
+    should_clear: bool
+    reached_end: bool
+    last_position: int
+
+
+@_command(READ_TABLE_ENTRIES_DELTA, "LSSLI")
+@dataclass(frozen=True, slots=True)
+class ReadTableEntriesDelta:
+    request_id: int
+    segment: str
+    token: str
+    from_position: int
+    suggested_entry_count: int
+
+
 @dataclass(frozen=True, slots=True)
 class Unsupported:
     """A request the gateway answers with OperationUnsupported (§4); only its
@@ -564,7 +856,9 @@ class Unsupported:
 REQUESTS = (Hello, KeepAlive, Padding, SetupAppend, AppendBlock, AppendBlockEnd,
             ConditionalAppend, ReadSegment, GetStreamSegmentInfo, CreateSegment,
             SealSegment, DeleteSegment, CreateTransientSegment, ConditionalBlockEnd,
-            Unsupported)
+            MergeSegments, CreateTableSegment, DeleteTableSegment, UpdateTableEntries,
+            RemoveTableKeys, ReadTable, ReadTableKeys, ReadTableEntries,
+            ReadTableEntriesDelta, Unsupported)
 
 
 # -- hot paths --------------------------------------------------------------------------

@@ -18,6 +18,18 @@ a barrier: it waits for the writer's earlier appends, checks the tail, and
 holds later appends until it is decided, because after a failed check the
 writer's expected number must roll back (§6.5).
 
+What an unmodified application needs beyond event appends and reads is
+served as shared/protocols/pravega-clients.md (§n' below) specifies:
+
+- byte streams: a ConditionalBlockEnd on a partition appends raw bytes to a
+  byte topic (the first such append makes an undecided topic one); its
+  segment view is the plain concatenation of the values (§3.2');
+- large events: a transient segment lives in this connection's memory and
+  collects ConditionalBlockEnd chunks; MergeSegments stores its event in the
+  parent partition as one record (§3.3');
+- table segments (reader-group state): the bus's durable key-value tables,
+  keyed by the full segment name, never topics (§3.4').
+
 Errors: frames no correct client sends get ErrorMessage and the connection
 is closed (§9); refusals of well-formed requests keep it open (§6.6), except
 a lost writer compare-and-set, which is answered InvalidEventNumber and
@@ -26,10 +38,12 @@ closed so that the client's reconnect resolves it (§6.3).
 Flow control: the protocol is the transport's push producer. While the
 transport's write buffer is full it stops reading requests, and reads about
 to fetch data wait, so a client that stops reading costs at most about one
-read reply beyond the buffer. At most ``MAX_IN_FLIGHT`` requests may be
-pending per connection before reading stops too.
+read reply beyond the buffer. At most ``max_in_flight`` requests (the
+listener's limit, 1024 by default) may be pending per connection before
+reading stops too.
 """
 import math
+import struct
 import uuid
 from collections import deque
 
@@ -41,11 +55,12 @@ from zope.interface import implementer
 from gateway import commands as c
 from gateway.errors import (
     InvalidRequest, InvalidTopicName, KindMismatch, NotAuthorized,
-    OffsetOutOfRange, PartitionSealed, RecordTooLarge, TopicExists, UnknownPartition,
+    OffsetOutOfRange, PartitionSealed, RecordTooLarge, TableBadVersion, TableExists,
+    TableKeyMissing, TableNotEmpty, TopicExists, UnknownPartition, UnknownTable,
     UnknownTopic, WriterConflict)
 from gateway.framing import FramedProtocol
-from gateway.protocol import MAX_IN_FLIGHT, DialectFactory, TrackedConnection
-from gateway.records import PRAVEGA_EVENTS, EncodedBatch
+from gateway.protocol import DialectFactory, TrackedConnection
+from gateway.records import PRAVEGA_EVENTS, EncodedBatch, RecordBatch
 from plugins.pravega import DEFAULT_LONG_POLL_MS, DEFAULT_SCOPE
 from plugins.pravega import codec as pc
 
@@ -55,11 +70,18 @@ log = Logger()
 MISSING = (UnknownTopic, UnknownPartition, InvalidTopicName)
 #: bus errors that refuse an event append; the writer gets SegmentIsSealed
 #: (§6.6), the one refusal clients fail on at once (a topic deleted under a
-#: writer included)
+#: writer included). A byte append refused for the same reasons gets
+#: ConditionalCheckFailed instead (§4.2').
 APPEND_REFUSALS = (PartitionSealed, KindMismatch, RecordTooLarge, NotAuthorized) + MISSING
-#: transient segment names a connection remembers (§6.6); each one's large
-#: event is refused at its first chunk, so only the latest few matter
-MAX_TRANSIENTS = 256
+#: live transient segments per connection (§3.3'). A client writes one large
+#: event at a time per writer; beyond this many the oldest is dropped, which
+#: bounds what a connection can hold in memory.
+MAX_TRANSIENTS = 16
+#: a transient segment untouched this long is dropped (a client that gave up
+#: on a large write retries it whole, with a new transient)
+TRANSIENT_IDLE_SECONDS = 60.0
+#: an 8-byte continuation token of ReadTableKeys / ReadTableEntries
+_POSITION = struct.Struct(">q")
 
 _HELLO = pc.encode(pc.Hello(pc.WIRE_VERSION, pc.OLDEST_COMPATIBLE_VERSION))
 _KEEP_ALIVE = pc.encode(pc.KeepAlive())
@@ -71,12 +93,13 @@ class _Writer:
     ``expected`` is the number the next append's compare-and-set expects
     (the last one handed to the bus), ``acked`` the last one acknowledged.
     ``refused`` is the answer every later append gets once one was refused
-    (§6.6), until the next SetupAppend. ``parent`` is set for a writer on a
-    transient segment: its appends are refused naming the parent.
+    (§6.6), until the next SetupAppend. ``transient`` is set for a writer on
+    a transient segment (§3.3'): it appends chunks there, and its refusals
+    name the parent.
     """
 
     __slots__ = ("writer_id", "segment", "topic", "partition", "expected", "acked",
-                 "refused", "parent", "order", "inflight", "idle", "gated", "held")
+                 "refused", "transient", "order", "inflight", "idle", "gated", "held")
 
     def __init__(self, writer_id):
         self.writer_id = writer_id
@@ -90,15 +113,39 @@ class _Writer:
         self.partition = None
         self.expected = self.acked = pc.NO_EVENT_NUMBER
         self.refused = False
-        self.parent = None
+        self.transient = None
 
-    def setup(self, segment, topic, partition, number, parent=None):
+    def setup(self, segment, topic, partition, number, transient=None):
         self.segment = segment
         self.topic = topic
         self.partition = partition
         self.expected = self.acked = number
         self.refused = False
+        self.transient = transient
+
+
+class _Transient:
+    """A transient segment (§3.3'): the chunks of one large event, in this
+    connection's memory only, never durable and never a topic.
+
+    ``checked`` says the first chunk passed the checks (the event's header,
+    the parent's kind and seal), ``refused`` that a chunk was refused: every
+    later chunk is refused the same way. ``expiry`` drops it when idle.
+    """
+
+    __slots__ = ("name", "parent", "topic", "partition", "chunks", "size", "checked",
+                 "refused", "expiry")
+
+    def __init__(self, name, parent, topic, partition):
+        self.name = name
         self.parent = parent
+        self.topic = topic
+        self.partition = partition
+        self.chunks = []
+        self.size = 0
+        self.checked = False
+        self.refused = False
+        self.expiry = None
 
 
 @implementer(IPushProducer)
@@ -121,6 +168,15 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
         pc.SealSegment: "do_SealSegment",
         pc.DeleteSegment: "do_DeleteSegment",
         pc.CreateTransientSegment: "do_CreateTransientSegment",
+        pc.MergeSegments: "do_MergeSegments",
+        pc.CreateTableSegment: "do_CreateTableSegment",
+        pc.DeleteTableSegment: "do_DeleteTableSegment",
+        pc.UpdateTableEntries: "do_UpdateTableEntries",
+        pc.RemoveTableKeys: "do_RemoveTableKeys",
+        pc.ReadTable: "do_ReadTable",
+        pc.ReadTableKeys: "do_ReadTableKeys",
+        pc.ReadTableEntries: "do_ReadTableEntries",
+        pc.ReadTableEntriesDelta: "do_ReadTableEntriesDelta",
         pc.Unsupported: "do_Unsupported",
     }
 
@@ -132,9 +188,10 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
         self.scope = factory.scope
         self.long_poll = factory.long_poll_ms / 1000.0
         self.max_frame_bytes = factory.max_frame_bytes - pc.HEADER_SIZE
+        self.max_in_flight = factory.in_flight_limit()
         self.writers = {}
         self.block = None           # an AppendBlock waiting for its AppendBlockEnd
-        self.transients = {}        # transient segment name -> parent segment name
+        self.transients = {}        # transient segment name -> _Transient, oldest first
         self.requests = set()       # Deferreds of requests in progress (parked reads too)
         self.pending = 0            # requests and appends not yet answered
         self.paused_for = set()     # why the transport is not being read
@@ -169,8 +226,11 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
                 d.callback(None)
 
     def stopProducing(self):
-        """The connection is going away: cancel parked reads and requests."""
+        """The connection is going away: cancel parked reads and requests,
+        and drop its transient segments."""
         self.closing = True
+        for transient in list(self.transients.values()):
+            self._drop_transient(transient)
         requests, self.requests = self.requests, set()
         for d in requests:
             d.cancel()
@@ -198,12 +258,12 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
 
     def _begin(self):
         self.pending += 1
-        if self.pending > MAX_IN_FLIGHT:
+        if self.pending > self.max_in_flight:
             self._pause("requests")
 
     def _end(self):
         self.pending -= 1
-        if self.pending <= MAX_IN_FLIGHT // 2:
+        if self.pending <= self.max_in_flight // 2:
             self._resume("requests")
 
     # -- frames ------------------------------------------------------------------------
@@ -304,8 +364,14 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
         if failure.check(defer.CancelledError):
             return None
         error = failure.value
-        if isinstance(error, MISSING):
+        if isinstance(error, MISSING + (UnknownTable,)):
             return pc.encode(pc.NoSuchSegment(request_id, segment, "", offset))
+        if isinstance(error, TableBadVersion):
+            return pc.encode(pc.TableKeyBadVersion(request_id, segment, ""))
+        if isinstance(error, TableKeyMissing):
+            return pc.encode(pc.TableKeyDoesNotExist(request_id, segment, ""))
+        if isinstance(error, TableNotEmpty):
+            return pc.encode(pc.TableSegmentNotEmpty(request_id, segment, ""))
         if isinstance(error, NotAuthorized):
             return pc.encode(pc.AuthTokenCheckFailed(request_id, "", pc.AUTH_CHECK_FAILED))
         if isinstance(error, OffsetOutOfRange):
@@ -365,14 +431,16 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
     @defer.inlineCallbacks
     def _collect(self, topic, partition, offset, size):
         """Up to ``size`` bytes of the view from ``offset`` (which is below
-        the tail): ``(chunks, at_tail)``. Batches written by Pravega are
-        their own view and pass through; others are framed from their
-        records. Reads continue past a short batch list, so a reply has
-        exactly ``min(tail, offset + size) - offset`` bytes (§7.1)."""
+        the tail): ``(chunks, at_tail)``. Batches written by Pravega event
+        writers are their own view and pass through; others are framed from
+        their records, or, in a byte topic, are the plain concatenation of
+        their values (§1'). Reads continue past a short batch list, so a
+        reply has exactly ``min(tail, offset + size) - offset`` bytes (§7.1)."""
         bus = self.bus
         chunks = []
         pos = offset
         want = size
+        kind = None
         while True:
             part = yield bus.execute(c.ReadPosition(topic, partition, pos, want))
             if part.error is not None:
@@ -383,7 +451,10 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
                 if batch.format == PRAVEGA_EVENTS:
                     view = batch.payload
                 else:
-                    view = pc.frame_events(bus.decode(batch).values)
+                    if kind is None:
+                        kind = (yield self._topic_info(topic)).kind
+                    values = bus.decode(batch).values
+                    view = b"".join(values) if kind == "bytes" else pc.frame_events(values)
                 start = pos - batch.stream_pos
                 piece = view[start:start + want]
                 chunks.append(piece)
@@ -493,10 +564,13 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
         yield bus.execute(c.DeleteTopic(topic))
         return pc.encode(pc.SegmentDeleted(request.request_id, request.segment))
 
+    # -- transient segments and merges (§3.3') ---------------------------------------------------
+
     def do_CreateTransientSegment(self, request):
-        """Interim answer (§6.6) until transient segments exist: the name is
-        handed out and remembered, nothing is stored, and the first chunk
-        written to it is refused naming the parent."""
+        """A new transient segment of an existing partition, owned by this
+        connection. Never refused once the parent exists: any other answer
+        makes the client retry at once, forever (§4.1' rule 8), so every
+        check waits for the first chunk."""
         target = self._target(request.parent_segment)
         if target is None:
             self.transport.write(pc.encode(pc.NoSuchSegment(
@@ -505,21 +579,270 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
 
         def created(_):
             name = f"{request.parent_segment}#transient.{uuid.uuid4().hex}"
-            self.transients[name] = request.parent_segment
+            transient = _Transient(name, request.parent_segment, *target)
+            transient.expiry = self.reactor.callLater(TRANSIENT_IDLE_SECONDS,
+                                                      self._drop_transient, transient)
+            self.transients[name] = transient
             if len(self.transients) > MAX_TRANSIENTS:
-                del self.transients[next(iter(self.transients))]
+                self._drop_transient(next(iter(self.transients.values())))
             return pc.encode(pc.SegmentCreated(request.request_id, name))
         d = self.bus.execute(c.PartitionInfo(*target))
         d.addCallback(created)
         self._answer(d, request.request_id, request.parent_segment, "createTransientSegment")
 
+    def _drop_transient(self, transient):
+        """Forget a transient segment and its bytes (merged, idle, or its
+        connection closed). A writer still set up on it has its later
+        chunks refused."""
+        self.transients.pop(transient.name, None)
+        transient.chunks = []
+        transient.refused = True
+        if transient.expiry is not None and transient.expiry.active():
+            transient.expiry.cancel()
+
+    def _submit_chunk(self, writer, end):
+        """One chunk of a large event (§3.3' step 4): appended to the
+        transient in memory if it continues it exactly. The first chunk
+        decides whether the event can be stored at all: it must start with
+        an Event header of at most ``limits.max_record_bytes``, and the
+        parent must be an open event partition; otherwise this chunk and
+        every later one get SegmentIsSealed naming the parent, which makes
+        the client fail at once (§4.2'). No chunk may take the transient
+        past the largest event frame the record limit allows, which bounds
+        the memory a large write holds."""
+        transient = writer.transient
+        if transient.refused or writer.refused:
+            return self._refusal(writer, end.request_id)
+        if end.expected_offset != transient.size:
+            frame = pc.encode(pc.ConditionalCheckFailed(writer.writer_id, end.event_number,
+                                                        end.request_id))
+            return lambda: self._write(frame)
+        if transient.checked:
+            return self._take_chunk(writer, end)
+        if len(end.data) < pc.EVENT_HEADER_SIZE:
+            log.info("pravega large event for {segment} refused: a first chunk of {n} bytes",
+                     segment=transient.parent, n=len(end.data))
+            return self._refuse_transient(writer, end.request_id)
+        kind, length = pc.EVENT_HEADER.unpack_from(end.data)
+        limit = self.bus.limits.max_record_bytes
+        if kind != pc.EVENT or not 0 <= length <= limit:
+            log.warn("pravega large event for {segment} refused: type {kind}, {length} bytes "
+                     "(limits.max_record_bytes {limit})", segment=transient.parent, kind=kind,
+                     length=length, limit=limit)
+            return self._refuse_transient(writer, end.request_id)
+        writer.gated = True
+        result = defer.Deferred()
+
+        @defer.inlineCallbacks
+        def check():
+            state = yield self.bus.execute(c.PartitionInfo(transient.topic, transient.partition))
+            info = yield self._topic_info(transient.topic)
+            if state.sealed or info.kind == "bytes":
+                log.info("pravega large event for {segment} refused: the partition is "
+                         "{why}", segment=transient.parent,
+                         why="sealed" if state.sealed else "a byte stream")
+                return self._refuse_transient(writer, end.request_id)
+            transient.checked = True
+            return self._take_chunk(writer, end)
+
+        def refused(failure):
+            failure.trap(*APPEND_REFUSALS)
+            return self._refuse_transient(writer, end.request_id)
+
+        def decided(emit):
+            result.callback(emit)
+            self._release(writer)
+        check().addErrback(refused).addErrback(self._chunk_failed, end).addBoth(decided)
+        return result
+
+    def _chunk_failed(self, failure, end):
+        return lambda: self._internal(failure, end.request_id, "")
+
+    def _refuse_transient(self, writer, request_id):
+        writer.transient.refused = True
+        writer.transient.chunks = []
+        return self._refusal(writer, request_id)
+
+    def _take_chunk(self, writer, end):
+        transient = writer.transient
+        if transient.refused:       # dropped while its first chunk was checked
+            return self._refusal(writer, end.request_id)
+        frame_limit = pc.EVENT_HEADER_SIZE + self.bus.limits.max_record_bytes
+        if transient.size + len(end.data) > frame_limit:
+            log.warn("pravega large event for {segment} refused: chunks beyond its "
+                     "{limit}-byte frame", segment=transient.parent, limit=frame_limit)
+            return self._refuse_transient(writer, end.request_id)
+        transient.chunks.append(end.data)
+        transient.size += len(end.data)
+        transient.expiry.reset(TRANSIENT_IDLE_SECONDS)
+        writer.expected = end.event_number
+        frame = pc.encode_data_appended(writer.writer_id, end.event_number, writer.acked,
+                                        end.request_id, transient.size)
+        writer.acked = end.event_number
+        return lambda: self._write(frame)
+
+    def do_MergeSegments(self, request):
+        """§3.3' step 5: the transient's events become records of the parent
+        in one Produce (no writer compare-and-set), and SegmentsMerged
+        reports the parent's new tail once they are durable. The transient
+        is gone either way: a refused merge makes the client write the whole
+        event again, and its first chunk is then refused cleanly."""
+        transient = self.transients.get(request.source)
+        if transient is None:
+            self.transport.write(pc.encode(pc.NoSuchSegment(request.request_id, request.source,
+                                                            "", -1)))
+            return
+        payload = None if transient.refused else b"".join(transient.chunks)
+        self._drop_transient(transient)
+        self._answer(self._merge(request, transient, payload), request.request_id,
+                     request.target, "mergeSegments")
+
+    @defer.inlineCallbacks
+    def _merge(self, request, transient, payload):
+        unsupported = pc.encode(pc.OperationUnsupported(request.request_id, "mergeSegments", ""))
+        if request.target != transient.parent or payload is None:
+            log.info("pravega merge of {source} into {target} refused: "
+                     + ("not its parent" if payload is not None else "its chunks were refused"),
+                     source=request.source, target=request.target)
+            return unsupported
+        try:
+            count, largest = pc.scan_events(payload)
+        except pc.NotEvents as e:
+            log.info("pravega merge of {source} refused: not whole events ({problem})",
+                     source=request.source, problem=str(e))
+            return unsupported
+        topic, partition = transient.topic, transient.partition
+        if count == 0:
+            state = yield self.bus.execute(c.PartitionInfo(topic, partition))
+            tail = state.end_position
+        else:
+            try:
+                appended = yield self.bus.execute(c.Produce(
+                    topic, partition, self._event_batch(payload, count, largest),
+                    kind="event", auto_create=False))
+            except (PartitionSealed, KindMismatch, RecordTooLarge, NotAuthorized) as e:
+                log.info("pravega merge of {source} refused: {error}", source=request.source,
+                         error=str(e))
+                return unsupported
+            tail = appended.stream_pos + len(payload)
+        return pc.encode(pc.SegmentsMerged(request.request_id, request.target, request.source,
+                                           tail))
+
+    # -- table segments (§3.4') -------------------------------------------------------------------
+    # Tables are the bus's key-value tables, named by the full segment name.
+
+    def do_CreateTableSegment(self, request):
+        def exists(failure):
+            failure.trap(TableExists)
+            return pc.encode(pc.SegmentAlreadyExists(request.request_id, request.segment, ""))
+        d = self.bus.execute(c.TableCreate(request.segment))
+        d.addCallbacks(lambda _: pc.encode(pc.SegmentCreated(request.request_id,
+                                                             request.segment)), exists)
+        self._answer(d, request.request_id, request.segment, "createTableSegment")
+
+    def do_DeleteTableSegment(self, request):
+        d = self.bus.execute(c.TableDelete(request.segment, request.must_be_empty))
+        d.addCallback(lambda _: pc.encode(pc.SegmentDeleted(request.request_id,
+                                                            request.segment)))
+        self._answer(d, request.request_id, request.segment, "deleteTableSegment")
+
+    @staticmethod
+    def _condition(version):
+        """A key's version in a request as the bus's expected version:
+        KEY_NO_VERSION is no condition, -1 "must not exist", else exactly it."""
+        return None if version == pc.KEY_NO_VERSION else version
+
+    @staticmethod
+    def _table_offset(offset):
+        return offset if offset >= 0 else None
+
+    def do_UpdateTableEntries(self, request):
+        entries = [(key, value, self._condition(version))
+                   for key, version, value in request.entries]
+        d = self.bus.execute(c.TableUpdate(request.segment, entries,
+                                           self._table_offset(request.table_segment_offset)))
+        d.addCallback(lambda versions: pc.encode(pc.TableEntriesUpdated(request.request_id,
+                                                                        tuple(versions))))
+        self._answer(d, request.request_id, request.segment, "updateTableEntries")
+
+    def do_RemoveTableKeys(self, request):
+        keys = [(key, self._condition(version)) for key, version in request.keys]
+        d = self.bus.execute(c.TableRemove(request.segment, keys,
+                                           self._table_offset(request.table_segment_offset)))
+        d.addCallback(lambda _: pc.encode(pc.TableKeysRemoved(request.request_id,
+                                                              request.segment)))
+        self._answer(d, request.request_id, request.segment, "removeTableKeys")
+
+    def do_ReadTable(self, request):
+        """One entry per requested key; a missing one has version -1 and an
+        empty value."""
+        keys = [key for key, _ in request.keys]
+
+        def found(answers):
+            entries = tuple((key, pc.KEY_NOT_EXISTS, b"") if answer is None
+                            else (key, answer[1], answer[0])
+                            for key, answer in zip(keys, answers))
+            return pc.encode(pc.TableRead(request.request_id, request.segment, entries))
+        d = self.bus.execute(c.TableRead(request.segment, keys))
+        d.addCallback(found)
+        self._answer(d, request.request_id, request.segment, "readTable")
+
+    def _scan(self, request, count, token):
+        """ReadTableKeys / ReadTableEntries: entries by ascending version from
+        the position the 8-byte continuation token names (empty: the start);
+        the answer's token names where the next page starts."""
+        if token and len(token) != _POSITION.size:
+            self._protocol_error(f"table continuation token of {len(token)} bytes",
+                                 request.request_id, request.segment)
+            return None
+        start = _POSITION.unpack(token)[0] if token else 0
+        d = self.bus.execute(c.TableEntries(request.segment, start, max(1, count)))
+        return d.addCallback(lambda page: (page[0], _POSITION.pack(page[1])))
+
+    def do_ReadTableKeys(self, request):
+        d = self._scan(request, request.suggested_key_count, request.continuation_token)
+        if d is None:
+            return
+        d.addCallback(lambda page: pc.encode(pc.TableKeysRead(
+            request.request_id, request.segment,
+            tuple((key, version) for key, _, version in page[0]), page[1])))
+        self._answer(d, request.request_id, request.segment, "readTableKeys")
+
+    def do_ReadTableEntries(self, request):
+        d = self._scan(request, request.suggested_entry_count, request.continuation_token)
+        if d is None:
+            return
+        d.addCallback(lambda page: pc.encode(pc.TableEntriesRead(
+            request.request_id, request.segment,
+            tuple((key, version, value) for key, value, version in page[0]), page[1])))
+        self._answer(d, request.request_id, request.segment, "readTableEntries")
+
+    def do_ReadTableEntriesDelta(self, request):
+        """Entries whose version is at least ``fromPosition``, ascending, at
+        most max(1, suggestedEntryCount); ``lastPosition`` is where the next
+        page starts. The client asks again until a page is empty (it ignores
+        ``reachedEnd``), and removed keys are not reported."""
+        limit = max(1, request.suggested_entry_count)
+
+        def page(answer):
+            entries, last = answer
+            return pc.encode(pc.TableEntriesDeltaRead(
+                request.request_id, request.segment,
+                tuple((key, version, value) for key, value, version in entries),
+                False, len(entries) < limit, last))
+        d = self.bus.execute(c.TableEntries(request.segment, request.from_position, limit))
+        d.addCallback(page)
+        self._answer(d, request.request_id, request.segment, "readTableEntriesDelta")
+
     # -- appends (§6) ----------------------------------------------------------------------------
 
     def do_SetupAppend(self, setup):
-        parent = self.transients.get(setup.segment)
-        if parent is not None:
-            self._writer(setup.writer_id).setup(setup.segment, None, None, pc.NO_EVENT_NUMBER,
-                                                parent)
+        transient = self.transients.get(setup.segment)
+        if transient is not None:
+            # Always Long.MIN: any other number makes the client fail (§3.3').
+            self._writer(setup.writer_id).setup(setup.segment, transient.topic,
+                                                transient.partition, pc.NO_EVENT_NUMBER,
+                                                transient)
             self.transport.write(pc.encode(pc.AppendSetup(
                 setup.request_id, setup.segment, setup.writer_id, pc.NO_EVENT_NUMBER)))
             return
@@ -624,18 +947,19 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
         self._enqueue(writer, lambda: self._submit_conditional(writer, append))
 
     def do_ConditionalBlockEnd(self, end):
-        """Interim answer (§6.6) until byte streams exist: ConditionalCheckFailed
-        on a partition; on a transient segment its first chunk is refused
-        naming the parent."""
+        """Raw bytes: a chunk of a large event on a transient segment
+        (§3.3'), else a byte-stream append to a partition (§3.2')."""
         writer = self._setup_writer(end.writer_id, end.request_id, "")
         if writer is None:
             return
-        if writer.parent is not None:
-            self._enqueue(writer, lambda: self._refusal(writer, end.request_id))
+        if end.event_number < writer.expected:
+            self._protocol_error(f"event number {end.event_number} below the writer's last "
+                                 f"{writer.expected}", end.request_id, writer.segment)
             return
-        frame = pc.encode(pc.ConditionalCheckFailed(end.writer_id, end.event_number,
-                                                    end.request_id))
-        self._enqueue(writer, lambda: lambda: self._write(frame))
+        if writer.transient is not None:
+            self._enqueue(writer, lambda: self._submit_chunk(writer, end))
+        else:
+            self._enqueue(writer, lambda: self._submit_bytes(writer, end))
 
     # .. ordering ..................................................................................
 
@@ -695,7 +1019,8 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
         """SegmentIsSealed for an append (§6.6), naming the parent segment
         for a transient writer; the writer's later appends get it too."""
         writer.refused = True
-        frame = pc.encode(pc.SegmentIsSealed(request_id, writer.parent or writer.segment, "", -1))
+        segment = writer.segment if writer.transient is None else writer.transient.parent
+        frame = pc.encode(pc.SegmentIsSealed(request_id, segment, "", -1))
         return lambda: self._write(frame)
 
     def _events(self, writer, payload):
@@ -713,20 +1038,23 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
             return None
         return count, largest
 
-    def _produce(self, writer, payload, count, largest, number, expected_offset=None):
-        """One atomic, durable Produce of the events with the writer's
-        compare-and-set; answers the Deferred of ``Appended``."""
+    def _event_batch(self, payload, count, largest):
+        """Whole events, stored as framed: the payload is their segment view."""
         now = int(self.reactor.seconds() * 1000)
-        batch = EncodedBatch(PRAVEGA_EVENTS, payload, count, now, now,
-                             len(payload) - pc.EVENT_HEADER_SIZE * count, largest)
+        return EncodedBatch(PRAVEGA_EVENTS, payload, count, now, now,
+                            len(payload) - pc.EVENT_HEADER_SIZE * count, largest)
+
+    def _produce(self, writer, records, number, kind="event", expected_offset=None):
+        """One atomic, durable Produce of ``records`` with the writer's
+        compare-and-set; answers the Deferred of ``Appended``."""
         expected = writer.expected
         writer.expected = number
         writer.inflight += 1
         key = (writer.topic, writer.partition, writer.writer_id)
         self.factory.append_started(key)
         d = self.bus.execute(c.Produce(
-            writer.topic, writer.partition, batch,
-            writer=(writer.writer_id, expected, number), kind="event", auto_create=False,
+            writer.topic, writer.partition, records,
+            writer=(writer.writer_id, expected, number), kind=kind, auto_create=False,
             expected_offset=expected_offset))
         d.addBoth(self._answered, writer, key)
         return d
@@ -741,20 +1069,21 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
         return result
 
     def _submit(self, writer, payload, number, request_id):
-        if writer.refused or writer.parent is not None:
+        if writer.refused or writer.transient is not None:
             return self._refusal(writer, request_id)
         events = self._events(writer, payload)
         if events is None:
             return self._refusal(writer, request_id)
-        d = self._produce(writer, payload, *events, number)
+        d = self._produce(writer, self._event_batch(payload, *events), number)
         d.addCallbacks(self._acked, self._append_failed,
                        callbackArgs=(writer, number, request_id, len(payload)),
                        errbackArgs=(writer, number, request_id))
         return d
 
     def _acked(self, appended, writer, number, request_id, length):
-        tail = appended.stream_pos + length
+        return self._ack(writer, number, request_id, appended.stream_pos + length)
 
+    def _ack(self, writer, number, request_id, tail):
         def emit():
             # Only a number above the last one acked is acknowledged; one ack
             # may cover several completed blocks (§6.4).
@@ -799,7 +1128,7 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
         if the tail is exactly ``expectedOffset`` with no other append still
         waiting for durability; racing another writer's pending append, the
         check fails, as it would a moment later anyway."""
-        if writer.refused or writer.parent is not None:
+        if writer.refused or writer.transient is not None:
             return self._refusal(writer, append.request_id)
         if append.event_type != pc.EVENT:
             log.info("pravega conditional append to {segment} refused: type {kind} is not "
@@ -815,8 +1144,8 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
             if append.expected_offset != state.end_position:
                 return failed_check()
             payload = pc.frame_event(append.data)
-            d = self._produce(writer, payload, 1, len(append.data), append.event_number,
-                              expected_offset=state.high_watermark)
+            d = self._produce(writer, self._event_batch(payload, 1, len(append.data)),
+                              append.event_number, expected_offset=state.high_watermark)
             d.addCallbacks(self._acked, conflict,
                            callbackArgs=(writer, append.event_number, append.request_id,
                                          len(payload)))
@@ -839,6 +1168,75 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
             d = self.bus.execute(c.PartitionInfo(writer.topic, writer.partition))
             d.addCallback(check)
             d.addErrback(self._append_failed, writer, append.event_number, append.request_id)
+            d.addBoth(decided)
+
+        def decided(emit):
+            result.callback(emit)
+            self._release(writer)
+
+        if writer.inflight:
+            writer.idle.append(start)
+        else:
+            start()
+        return result
+
+    def _submit_bytes(self, writer, end):
+        """§3.2': append raw bytes to a byte topic if its byte tail is
+        ``expectedOffset``. Like a conditional append it is a barrier: it
+        waits for the writer's earlier appends and holds later ones until it
+        is decided, and the tail check is atomic with the append (the
+        Produce names the durable end as the offset its batch must start
+        at). The bytes become one record, or consecutive records of at most
+        ``limits.max_record_bytes`` in the same Produce; empty data stores
+        nothing and decides no kind. Every refusal (an event topic, a sealed
+        or vanished partition, the access rules, a tail that moved) is
+        ConditionalCheckFailed, on which the client's ``flush`` fails at once
+        and the connection stays usable (§4.2')."""
+        number = end.event_number
+        failed = pc.encode(pc.ConditionalCheckFailed(writer.writer_id, number, end.request_id))
+
+        def failed_check():
+            return lambda: self._write(failed)
+        if writer.refused:
+            # the access rules refused this writer at SetupAppend (§1)
+            return failed_check()
+        writer.gated = True
+        result = defer.Deferred()
+        previous = writer.expected
+
+        @defer.inlineCallbacks
+        def check():
+            bus = self.bus
+            try:
+                state = yield bus.execute(c.PartitionInfo(writer.topic, writer.partition))
+                info = yield self._topic_info(writer.topic)
+                if state.sealed or info.kind == "event":
+                    log.info("pravega byte append to {segment} refused: the partition is {why}",
+                             segment=writer.segment,
+                             why="sealed" if state.sealed else "an event stream")
+                    return failed_check()
+                if end.expected_offset != state.end_position:
+                    return failed_check()
+                if not end.data:
+                    return self._ack(writer, number, end.request_id, state.end_position)
+                limit = bus.limits.max_record_bytes
+                data = end.data
+                values = [data[i:i + limit] for i in range(0, len(data), limit)]
+                appended = yield self._produce(writer, RecordBatch(values), number, kind="bytes",
+                                               expected_offset=state.high_watermark)
+            except OffsetOutOfRange:
+                writer.expected = previous
+                return failed_check()
+            except APPEND_REFUSALS as e:
+                writer.expected = previous
+                log.info("pravega byte append to {segment} refused: {error}",
+                         segment=writer.segment, error=str(e))
+                return failed_check()
+            return self._acked(appended, writer, number, end.request_id, len(end.data))
+
+        def start():
+            d = check()
+            d.addErrback(self._append_failed, writer, number, end.request_id)
             d.addBoth(decided)
 
         def decided(emit):

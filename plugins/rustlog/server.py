@@ -64,7 +64,7 @@ class RustLogProtocol(TrackedConnection, FramedProtocol):
         self.bus = self.factory.bus
         self.binary_enabled = self.factory.binary
         self.last_variant = JSON
-        self.replies = OrderedReplies(self.transport)
+        self.replies = OrderedReplies(self.transport, self.factory.in_flight_limit())
 
     def connectionLost(self, reason):
         self.replies.cancel_all()
@@ -73,7 +73,7 @@ class RustLogProtocol(TrackedConnection, FramedProtocol):
     # -- framing -----------------------------------------------------------------
 
     def frameTooLarge(self, fields):
-        self.log_protocol_error(f"frame of {fields[0]} bytes exceeds {rc.MAX_FRAME_BYTES}")
+        self.log_protocol_error(f"frame of {fields[0]} bytes exceeds {self.max_frame_bytes}")
         self._answer_and_close("max frame size exceeded")
 
     def _answer_and_close(self, message):
@@ -225,6 +225,8 @@ class RustLogProtocol(TrackedConnection, FramedProtocol):
             if failure.check(UnknownTopic, InvalidTopicName):
                 return self._error(variant, f"unknown topic: {req.topic}",
                                    rc.DESCRIBE_UNKNOWN_TOPIC)
+            if failure.check(NotAuthorized):
+                return self._failed(failure, variant, req.topic, req.partition)
             failure.trap(UnknownPartition)
             return self._error(variant, not_found(req.topic, req.partition),
                                rc.DESCRIBE_UNKNOWN_PARTITION)

@@ -25,7 +25,7 @@ from gateway.errors import (
     InvalidRequest, InvalidTopicName, LogError, NotAuthorized, OffsetOutOfRange,
     PartitionSealed, TopicExists, UnknownPartition, UnknownTopic)
 from gateway.framing import FramedProtocol
-from gateway.protocol import MAX_IN_FLIGHT, DialectFactory, TrackedConnection
+from gateway.protocol import DialectFactory, TrackedConnection
 from gateway.records import TANK_BUNDLE, EncodedBatch, Records
 from plugins.tank import codec as tc
 from plugins.tank.codec import (
@@ -163,9 +163,10 @@ class TankProtocol(TrackedConnection, FramedProtocol):
     """One TANK connection.
 
     It registers itself as the transport's push producer: while the send
-    buffer is over its high-water mark, or more than ``MAX_IN_FLIGHT``
-    requests await their answers (parked consumes, produces waiting for
-    fsync), nothing more is read from the client (§7).
+    buffer is over its high-water mark, or more than ``max_in_flight``
+    requests (the listener's limit, 1024 by default) await their answers
+    (parked consumes, produces waiting for fsync), nothing more is read from
+    the client (§7).
     """
 
     header = tc.FRAME_HEADER
@@ -176,6 +177,7 @@ class TankProtocol(TrackedConnection, FramedProtocol):
         factory = self.factory
         self.bus = factory.bus
         self.max_frame_bytes = factory.max_frame_bytes
+        self.max_in_flight = factory.in_flight_limit()
         self.pending = set()
         self.open = True
         self.send_blocked = False
@@ -208,7 +210,7 @@ class TankProtocol(TrackedConnection, FramedProtocol):
         """The transport is closing; ``connectionLost`` cancels what is pending."""
 
     def _flow(self):
-        blocked = self.send_blocked or len(self.pending) > MAX_IN_FLIGHT
+        blocked = self.send_blocked or len(self.pending) > self.max_in_flight
         if blocked != self.reading_paused and self.open:
             self.reading_paused = blocked
             if blocked:

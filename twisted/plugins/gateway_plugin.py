@@ -1,4 +1,8 @@
-"""The twistd entry: ``twistd -n gateway -c config.yaml``."""
+"""The twistd entry: ``twistd -n gateway -c config.yaml``.
+
+SIGHUP reloads the config file, as under ``gateway run``. For JSON log
+lines, give twistd ``--logger gateway.logs.json_observer``.
+"""
 from twisted.application.service import IServiceMaker
 from twisted.plugin import IPlugin
 from twisted.python import usage
@@ -25,8 +29,12 @@ class GatewayServiceMaker:
     options = Options
 
     def makeService(self, options):
-        from gateway.service import GatewayService
-        return GatewayService(options.gateway_config, dialects=options.dialects)
+        from twisted.internet import reactor
+
+        from gateway.service import GatewayService, install_reload_signal
+        service = GatewayService(options.gateway_config, reactor, options.dialects)
+        install_reload_signal(service, reactor)
+        return service
 
 
 serviceMaker = GatewayServiceMaker()
