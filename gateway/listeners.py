@@ -7,7 +7,36 @@ from twisted.logger import Logger
 log = Logger()
 
 
-class ListenerService(Service):
+class ReportsAddress:
+    """``whenListening()`` for a service that binds asynchronously: it fires
+    with the bound address (a port-0 listener learns its real port here) or
+    fails with the reason it could not bind. The service sets ``address`` or
+    ``error`` and calls ``_notify()``."""
+
+    address = None
+    error = None
+
+    def _notify(self):
+        waiting, self._waiting = getattr(self, "_waiting", []), []
+        for d in waiting:
+            self._answer(d)
+
+    def _answer(self, d):
+        if self.error is not None:
+            d.errback(self.error)
+        else:
+            d.callback(self.address)
+
+    def whenListening(self):
+        d = defer.Deferred()
+        if self.address is not None or self.error is not None:
+            self._answer(d)
+        else:
+            self.__dict__.setdefault("_waiting", []).append(d)
+        return d
+
+
+class ListenerService(ReportsAddress, Service):
     """Listens on ``listener.endpoint`` with ``factory``.
 
     ``whenListening()`` fires with the bound address once listening (a port
@@ -23,9 +52,6 @@ class ListenerService(Service):
         self.factory = factory
         self.reactor = reactor
         self.port = None
-        self.address = None
-        self.error = None
-        self._waiting = []
         self.setName(f"{listener.dialect}@{listener.path}")
 
     def startService(self):
@@ -45,25 +71,6 @@ class ListenerService(Service):
     def _failed(self, failure):
         self.error = failure
         self._notify()
-
-    def _notify(self):
-        waiting, self._waiting = self._waiting, []
-        for d in waiting:
-            self._answer(d)
-
-    def _answer(self, d):
-        if self.error is not None:
-            d.errback(self.error)
-        else:
-            d.callback(self.address)
-
-    def whenListening(self):
-        d = defer.Deferred()
-        if self.address is not None or self.error is not None:
-            self._answer(d)
-        else:
-            self._waiting.append(d)
-        return d
 
     def stop_accepting(self):
         """Close the port (connections already open stay); the first step

@@ -29,6 +29,7 @@ from twisted.web import pages
 from twisted.web.resource import Resource
 from twisted.web.server import Site
 
+from gateway.listeners import ReportsAddress
 from gateway.metrics import connection_counts, group_lags, listener_factory
 
 log = Logger()
@@ -200,7 +201,7 @@ def make_site(gateway):
     return StatusSite(root)
 
 
-class StatusService(Service):
+class StatusService(ReportsAddress, Service):
     """Serves the site on ``endpoint``; ``whenListening()`` fires with the
     bound address (or fails if the endpoint cannot be bound)."""
 
@@ -233,25 +234,6 @@ class StatusService(Service):
         log.error("metrics endpoint {endpoint}: cannot listen: {error}",
                   endpoint=self.endpoint, error=failure.getErrorMessage())
         self._notify()
-
-    def _notify(self):
-        waiting, self._waiting = self._waiting, []
-        for d in waiting:
-            self._answer(d)
-
-    def _answer(self, d):
-        if self.error is not None:
-            d.errback(self.error)
-        else:
-            d.callback(self.address)
-
-    def whenListening(self):
-        d = defer.Deferred()
-        if self.address is not None or self.error is not None:
-            self._answer(d)
-        else:
-            self._waiting.append(d)
-        return d
 
     def stopService(self):
         super().stopService()

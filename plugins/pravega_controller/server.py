@@ -37,7 +37,14 @@ from twisted.logger import Logger
 
 from gateway import commands as c
 from gateway.errors import (
-    InvalidRequest, InvalidTopicName, LogError, NotAuthorized, TopicExists, UnknownTopic)
+    InvalidRequest,
+    InvalidTopicName,
+    LogError,
+    NotAuthorized,
+    TopicExists,
+    UnknownTopic,
+)
+from gateway.listeners import ReportsAddress
 from plugins.pravega.codec import escape_stream, unescape_stream
 from plugins.pravega_controller import controller_pb2 as pb
 
@@ -424,7 +431,7 @@ def grpc_address(endpoint, reactor):
     return f"{host or '0.0.0.0'}:{port}", host or "0.0.0.0", port
 
 
-class ControllerService(Service):
+class ControllerService(ReportsAddress, Service):
     """One ``pravega-controller`` listener: a grpcio server whose handlers
     hand every call to ``controller`` on the reactor thread.
 
@@ -507,23 +514,7 @@ class ControllerService(Service):
             log.info("{dialect} listening on {host}:{port} ({listener})",
                      dialect=self.listener.dialect, host=host, port=port,
                      listener=self.listener.path)
-        waiting, self._waiting = self._waiting, []
-        for d in waiting:
-            self._answer(d)
-
-    def _answer(self, d):
-        if self.error is not None:
-            d.errback(self.error)
-        else:
-            d.callback(self.address)
-
-    def whenListening(self):
-        d = defer.Deferred()
-        if self.address is not None or self.error is not None:
-            self._answer(d)
-        else:
-            self._waiting.append(d)
-        return d
+        self._notify()
 
     def stopService(self):
         super().stopService()
