@@ -2,11 +2,13 @@
 subprocess with ``gateway run --ports-file`` for blocking clients."""
 import json
 import os
+import struct
 import subprocess
 import sys
 import time
 
 from twisted.internet import defer, reactor
+from twisted.internet.protocol import Protocol
 
 from gateway.config import parse_config
 from gateway.dialects import find_dialects
@@ -89,3 +91,67 @@ class GatewayProcess:
         self.log.flush()
         with open(os.path.join(self.directory, "gateway.log"), "rb") as f:
             return f.read().decode("utf-8", "replace")
+
+
+class RawFrames(Protocol):
+    """A test connection that sends bytes as given and cuts what comes back
+    into whole frames without judging them, so a test can check a server's
+    exact answers. ``header`` and ``length_field`` describe the dialect's
+    framing (default: a u32 BE length, as RustLog and Kafka frame);
+    ``keep_header`` keeps each frame's header in what ``take_frames`` gives."""
+
+    header = struct.Struct(">I")
+    length_field = 0
+    keep_header = False
+
+    def __init__(self):
+        self.buffer = bytearray()
+        self.frames = []
+        self.taken = 0
+        self.waiting = []
+        self.lost = defer.Deferred()
+        self.closed = False
+
+    def connectionMade(self):
+        self.transport.setTcpNoDelay(True)
+
+    def dataReceived(self, data):
+        self.buffer += data
+        size = self.header.size
+        while len(self.buffer) >= size:
+            n = self.header.unpack_from(self.buffer)[self.length_field]
+            if len(self.buffer) < size + n:
+                break
+            self.frames.append(bytes(self.buffer[0 if self.keep_header else size:size + n]))
+            del self.buffer[:size + n]
+        self._check()
+
+    def _check(self):
+        waiting, self.waiting = self.waiting, []
+        for n, d in waiting:
+            if len(self.frames) - self.taken >= n:
+                got = self.frames[self.taken:self.taken + n]
+                self.taken += n
+                d.callback(got)
+            else:
+                self.waiting.append((n, d))
+
+    def describe(self, frame):
+        """How an unexpected frame is shown when the connection closes early."""
+        return frame
+
+    def connectionLost(self, reason):
+        self.closed = True
+        waiting, self.waiting = self.waiting, []
+        for n, d in waiting:
+            d.errback(AssertionError(
+                f"connection closed after {len(self.frames) - self.taken} of {n} awaited "
+                f"frames: {[self.describe(f) for f in self.frames[self.taken:]]!r}"[:3000]))
+        self.lost.callback(None)
+
+    def take_frames(self, n=1):
+        """Fires with the next ``n`` frames."""
+        d = defer.Deferred()
+        self.waiting.append((n, d))
+        self._check()
+        return d

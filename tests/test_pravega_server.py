@@ -15,14 +15,13 @@ import tempfile
 
 from twisted.internet import defer, reactor, task
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
-from twisted.internet.protocol import Protocol
 from twisted.trial.unittest import TestCase
 
 from gateway import commands as cmd
 from gateway.records import PRAVEGA_EVENTS, RecordBatch
 from plugins.pravega import codec as pc
 from plugins.rustlog.client import RustLogError, connect as rustlog_connect
-from tests.support import gateway_config, start_gateway
+from tests.support import RawFrames, gateway_config, start_gateway
 
 W = bytes.fromhex("00112233445566778899aabbccddeeff")
 W2 = bytes.fromhex("ffeeddccbbaa99887766554433221100")
@@ -53,59 +52,22 @@ def eventually(check, timeout=30.0, step=0.02):
     return loop()
 
 
-class RawConnection(Protocol):
-    """A connection that sends frames as given and cuts what comes back
-    into whole frames (header included), without judging them."""
+class RawConnection(RawFrames):
+    """Whole Pravega frames (header included) back, without judging them."""
 
-    def __init__(self):
-        self.buffer = bytearray()
-        self.frames = []
-        self.taken = 0
-        self.waiting = []
-        self.lost = defer.Deferred()
-        self.closed = False
+    header = struct.Struct(">ii")
+    length_field = 1
+    keep_header = True
 
-    def connectionMade(self):
-        self.transport.setTcpNoDelay(True)
-
-    def dataReceived(self, data):
-        self.buffer += data
-        while len(self.buffer) >= 8:
-            _, n = struct.unpack_from(">ii", self.buffer)
-            if len(self.buffer) < 8 + n:
-                break
-            self.frames.append(bytes(self.buffer[:8 + n]))
-            del self.buffer[:8 + n]
-        self._check()
-
-    def _check(self):
-        waiting, self.waiting = self.waiting, []
-        for n, d in waiting:
-            if len(self.frames) - self.taken >= n:
-                got = self.frames[self.taken:self.taken + n]
-                self.taken += n
-                d.callback(got)
-            else:
-                self.waiting.append((n, d))
-
-    def connectionLost(self, reason):
-        self.closed = True
-        waiting, self.waiting = self.waiting, []
-        for n, d in waiting:
-            d.errback(AssertionError(
-                f"connection closed after {len(self.frames) - self.taken} of {n} awaited "
-                f"frames: {[decode(f) for f in self.frames[self.taken:]]!r}"[:3000]))
-        self.lost.callback(None)
+    def describe(self, frame):
+        return decode(frame)
 
     def send(self, *commands):
         self.transport.write(b"".join(c if isinstance(c, bytes) else pc.encode(c)
                                       for c in commands))
 
     def take_raw(self, n=1):
-        d = defer.Deferred()
-        self.waiting.append((n, d))
-        self._check()
-        return d
+        return self.take_frames(n)
 
     @defer.inlineCallbacks
     def take(self, n=1):

@@ -23,7 +23,6 @@ import tempfile
 import orjson
 from twisted.internet import defer, reactor
 from twisted.internet.endpoints import TCP4ClientEndpoint, connectProtocol
-from twisted.internet.protocol import Protocol
 from twisted.trial.unittest import TestCase
 
 import storage.segment
@@ -31,7 +30,7 @@ from gateway import commands as cmd
 from gateway.records import RecordBatch
 from plugins.rustlog import codec as rc
 from plugins.rustlog.client import FetchResult, RustLogError, connect
-from tests.support import GatewayProcess, gateway_config, start_gateway
+from tests.support import GatewayProcess, RawFrames, gateway_config, start_gateway
 
 MiB = 1024 * 1024
 MAX = rc.MAX_FRAME_BYTES
@@ -90,49 +89,8 @@ def b_fetch_reply(values, next_offset):
     return rc.encode_binary_fetch(values, next_offset)
 
 
-class RawConnection(Protocol):
-    """A connection that sends bytes as they are and cuts what comes back
-    into frame payloads (u32 BE prefix), without judging them."""
-
-    def __init__(self):
-        self.buffer = bytearray()
-        self.frames = []
-        self.taken = 0
-        self.waiting = []
-        self.lost = defer.Deferred()
-        self.closed = False
-
-    def connectionMade(self):
-        self.transport.setTcpNoDelay(True)
-
-    def dataReceived(self, data):
-        self.buffer += data
-        while len(self.buffer) >= 4:
-            (n,) = struct.unpack_from(">I", self.buffer)
-            if len(self.buffer) < 4 + n:
-                break
-            self.frames.append(bytes(self.buffer[4:4 + n]))
-            del self.buffer[:4 + n]
-        self._check()
-
-    def _check(self):
-        waiting, self.waiting = self.waiting, []
-        for n, d in waiting:
-            if len(self.frames) - self.taken >= n:
-                got = self.frames[self.taken:self.taken + n]
-                self.taken += n
-                d.callback(got)
-            else:
-                self.waiting.append((n, d))
-
-    def connectionLost(self, reason):
-        self.closed = True
-        waiting, self.waiting = self.waiting, []
-        for n, d in waiting:
-            d.errback(AssertionError(
-                f"connection closed after {len(self.frames) - self.taken} of {n} "
-                f"awaited frames: {self.frames[self.taken:]!r}"[:3000]))
-        self.lost.callback(None)
+class RawConnection(RawFrames):
+    """Frame payloads (u32 BE prefix cut off) back, without judging them."""
 
     def send(self, *payloads):
         self.transport.write(b"".join(frame(p) for p in payloads))
@@ -142,10 +100,7 @@ class RawConnection(Protocol):
 
     def take(self, n=1):
         """Fires with the next ``n`` frame payloads."""
-        d = defer.Deferred()
-        self.waiting.append((n, d))
-        self._check()
-        return d
+        return self.take_frames(n)
 
     @defer.inlineCallbacks
     def call(self, *payloads):
