@@ -466,11 +466,18 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
             if part.batches[-1].next_offset >= part.high_watermark:
                 return chunks, True
 
-    def do_GetStreamSegmentInfo(self, request):
+    def _segment_or_answer(self, request):
+        """``(topic, partition)`` the request's segment names, or None after
+        answering NoSuchSegment (§7)."""
         target = self._target(request.segment)
         if target is None:
             self.transport.write(pc.encode(pc.NoSuchSegment(request.request_id,
                                                             request.segment, "", -1)))
+        return target
+
+    def do_GetStreamSegmentInfo(self, request):
+        target = self._segment_or_answer(request)
+        if target is None:
             return
         self._answer(self._info(request, *target), request.request_id, request.segment,
                      "getStreamSegmentInfo")
@@ -501,10 +508,8 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
         return metas[0].info
 
     def do_CreateSegment(self, request):
-        target = self._target(request.segment)
+        target = self._segment_or_answer(request)
         if target is None:
-            self.transport.write(pc.encode(pc.NoSuchSegment(request.request_id,
-                                                            request.segment, "", -1)))
             return
         self._answer(self._create(request, *target), request.request_id, request.segment,
                      "createSegment")
@@ -533,10 +538,8 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
         return pc.encode(pc.SegmentCreated(request.request_id, request.segment))
 
     def do_SealSegment(self, request):
-        target = self._target(request.segment)
+        target = self._segment_or_answer(request)
         if target is None:
-            self.transport.write(pc.encode(pc.NoSuchSegment(request.request_id,
-                                                            request.segment, "", -1)))
             return
         topic, partition = target
         d = self.bus.execute(c.SealPartition(topic, partition))
@@ -544,10 +547,8 @@ class PravegaProtocol(TrackedConnection, FramedProtocol):
         self._answer(d, request.request_id, request.segment, "sealSegment")
 
     def do_DeleteSegment(self, request):
-        target = self._target(request.segment)
+        target = self._segment_or_answer(request)
         if target is None:
-            self.transport.write(pc.encode(pc.NoSuchSegment(request.request_id,
-                                                            request.segment, "", -1)))
             return
         self._answer(self._delete(request, *target), request.request_id, request.segment,
                      "deleteSegment")
