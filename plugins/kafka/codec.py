@@ -150,75 +150,71 @@ _I32 = INT32.struct
 _I64 = INT64.struct
 
 
-class _String:
-    """int16 length + UTF-8. ``null`` says what length -1 means: ``None``
-    (a nullable string), ``""`` (read as empty), or malformed (``False``)."""
+class _Sized:
+    """A length-prefixed field: ``int32`` length + data (bytes) by default.
+    ``null`` says what length -1 means: ``None`` (nullable), a value to read
+    it as (``""``, ``b""``), or malformed (``False``)."""
 
     __slots__ = ("null",)
+    length = None       # INT32, set below the class
+    what = "bytes"
 
     def __init__(self, null):
         self.null = null
 
     def read(self, buf, pos):
-        n, pos = INT16.read(buf, pos)
+        n, pos = self.length.read(buf, pos)
         if n < 0:
             if n == -1 and self.null is not False:
                 return self.null, pos
-            raise KafkaDecodeError(f"bad string length {n}")
+            raise KafkaDecodeError(f"bad {self.what} length {n}")
         end = pos + n
         if end > len(buf):
-            raise KafkaDecodeError("truncated string")
-        try:
-            return bytes(buf[pos:end]).decode("utf-8"), end
-        except UnicodeDecodeError:
-            raise KafkaDecodeError("string is not UTF-8") from None
+            raise KafkaDecodeError(f"truncated {self.what}")
+        return self.convert(bytes(buf[pos:end])), end
+
+    def convert(self, data):
+        return data
+
+    def encode(self, value):
+        return value
 
     def write(self, value, out):
         if value is None:
-            out.append(b"\xff\xff")
+            out.append(self.length.struct.pack(-1))
             return
-        data = value.encode("utf-8")
-        out.append(_I16.pack(len(data)))
+        data = self.encode(value)
+        out.append(self.length.struct.pack(len(data)))
         out.append(data)
 
+
+class _String(_Sized):
+    """int16 length + UTF-8."""
+
+    __slots__ = ()
+    what = "string"
+
+    def convert(self, data):
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise KafkaDecodeError("string is not UTF-8") from None
+
+    def encode(self, value):
+        return value.encode("utf-8")
+
+
+_Sized.length = INT32
+_String.length = INT16
 
 STRING = _String(False)
 NULLABLE_STRING = _String(None)
 #: commit metadata: null is read as ""
 STRING_OR_EMPTY = _String("")
-
-
-class _Bytes:
-    """int32 length + data. ``null`` as for ``_String``."""
-
-    __slots__ = ("null",)
-
-    def __init__(self, null):
-        self.null = null
-
-    def read(self, buf, pos):
-        n, pos = INT32.read(buf, pos)
-        if n < 0:
-            if n == -1 and self.null is not False:
-                return self.null, pos
-            raise KafkaDecodeError(f"bad bytes length {n}")
-        end = pos + n
-        if end > len(buf):
-            raise KafkaDecodeError("truncated bytes")
-        return bytes(buf[pos:end]), end
-
-    def write(self, value, out):
-        if value is None:
-            out.append(b"\xff\xff\xff\xff")
-            return
-        out.append(_I32.pack(len(value)))
-        out.append(value)
-
-
 #: the group APIs' metadata and assignments: null is read as empty
-BYTES = _Bytes(b"")
+BYTES = _Sized(b"")
 #: a message set: ``message_set_size`` and the entries, never null
-MESSAGE_SET = _Bytes(False)
+MESSAGE_SET = _Sized(False)
 
 
 class _Array:
